@@ -1,0 +1,1 @@
+"""rlsched store: job history, ingest and the helper's audit log."""

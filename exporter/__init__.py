@@ -1,0 +1,1 @@
+"""rlsched exporter: torch policy to verified ONNX (needs the ``export`` extra)."""

@@ -1,0 +1,217 @@
+"""The Slurm client built on Slurm's own commands (squeue, sinfo, sacct, scontrol, sprio).
+
+Commands are run as argument lists, never through a shell: job names, comments and
+other job-derived strings are data and are never interpolated into a command line.
+Every command runs with ``TZ=UTC`` (so printed times are UTC) and a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from . import parse
+from .client import DEFAULT_TIMEOUT, SlurmClient
+from .errors import SlurmError
+from .hostlist import compress
+from .types import PENDING, RUNNING, AccountingJob, SchedulerConfig, SlurmJob, SlurmNode, SwitchTree
+
+#: A node name rlsched will put into ReqNodeList (Slurm's own names are like this).
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class CliSlurmClient(SlurmClient):
+    """:class:`SlurmClient` on Slurm's command-line tools (any Slurm from 22.05 on).
+
+    Args:
+        timeout: Seconds allowed for each command.
+        bindir: Directory holding the Slurm commands; default: found on ``PATH``.
+    """
+
+    backend = "cli"
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, bindir: str | None = None) -> None:
+        super().__init__(timeout)
+        self.bindir = bindir
+
+    # ------------------------------------------------------------------ running
+    def run(self, args: Sequence[str]) -> str:
+        """Run one Slurm command (an argument list) and return its stdout.
+
+        Raises:
+            SlurmError: If the program is missing, times out, or exits non-zero.
+        """
+        argv = list(args)
+        if self.bindir:
+            argv[0] = os.path.join(self.bindir, argv[0])
+        shown = " ".join(shlex.quote(a) for a in args)
+        env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
+        try:
+            proc = subprocess.run(  # noqa: S603 - an argument list, no shell
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=env,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise SlurmError(
+                shown, f"{args[0]} not found: install the Slurm client commands or fix PATH"
+            ) from None
+        except subprocess.TimeoutExpired as exc:
+            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+            raise SlurmError(shown, f"timed out after {self.timeout:g} s", stderr=err) from None
+        except OSError as exc:
+            raise SlurmError(shown, f"could not run: {exc.strerror or exc}") from None
+        if proc.returncode != 0:
+            raise SlurmError(shown, f"exit code {proc.returncode}", stderr=proc.stderr)
+        return proc.stdout
+
+    # ------------------------------------------------------------------ reading
+    def jobs(self, states: Iterable[str] = (PENDING, RUNNING)) -> list[SlurmJob]:
+        """Jobs in ``states``; filtered here because 22.05 ignores filters with ``--json``."""
+        want = {s.upper() for s in states}
+        out = self.run(["squeue", "--all", "--json"])
+        jobs = [j for j in parse.parse_squeue_json(out, "squeue --all --json") if j.state in want]
+        pending = [j for j in jobs if j.is_pending]
+        if pending and any(j.site_factor is None for j in pending):
+            sites = self._site_factors()
+            jobs = [
+                j if j.site_factor is not None or not j.is_pending
+                else replace(j, site_factor=sites.get(j.job_id, 0))
+                for j in jobs
+            ]
+        return jobs
+
+    def _site_factors(self) -> dict[int, int]:
+        """Site factors of pending jobs from ``sprio`` (squeue's JSON lacks them)."""
+        args = ["sprio", "--noheader", "--format=%i %S"]
+        return parse.parse_sprio_site(self.run(args), " ".join(args))
+
+    def nodes(self) -> list[SlurmNode]:
+        """Every node once.
+
+        Read from ``sinfo --json``, or from ``scontrol show nodes --json`` where sinfo
+        groups nodes (23.11 and later).
+        """
+        out = self.run(["sinfo", "--json"])
+        if parse.is_grouped_sinfo(out):
+            out = self.run(["scontrol", "show", "nodes", "--json"])
+            return parse.parse_nodes_json(out, "scontrol show nodes --json")
+        return parse.parse_nodes_json(out, "sinfo --json")
+
+    def topology(self) -> SwitchTree:
+        """The switch tree from ``scontrol show topology``."""
+        return parse.parse_topology(self.run(["scontrol", "show", "topology"]))
+
+    def config(self) -> SchedulerConfig:
+        """The configuration from ``scontrol show config``."""
+        return parse.parse_config(self.run(["scontrol", "show", "config"]))
+
+    def accounting(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        states: Sequence[str] = (),
+        all_users: bool = True,
+        use_json: bool | None = None,
+    ) -> list[AccountingJob]:
+        """Jobs from ``sacct`` (``--json`` where it works, ``-P`` otherwise).
+
+        Args:
+            start: Window start (naive datetimes are taken as UTC).
+            end: Window end.
+            states: Keep only these job states (checked here as well as asked of sacct).
+            all_users: Every user's jobs (``--allusers``), not only the caller's.
+            use_json: Force ``--json`` (True) or ``-P`` (False); default: try JSON, fall
+                back to ``-P`` if this sacct has no ``--json``.
+        """
+        window = ["-X", "-S", _utc(start), "-E", _utc(end)]
+        if all_users:
+            window.insert(0, "--allusers")
+        if states:
+            window += ["--state", ",".join(s.upper() for s in states)]
+        jobs: list[AccountingJob]
+        if use_json is not False:
+            try:
+                args = ["sacct", "--json", *window]
+                jobs = parse.parse_sacct_json(self.run(args), "sacct --json")
+            except SlurmError as exc:
+                if use_json or not _no_json_option(exc):
+                    raise
+                use_json = False
+        if use_json is False:
+            args = ["sacct", "-P", "--format=" + ",".join(parse.SACCT_FIELDS), *window]
+            jobs = parse.parse_sacct_parsable(self.run(args), "sacct -P")
+        if states:
+            want = {s.upper() for s in states}
+            jobs = [j for j in jobs if j.state in want]
+        return jobs
+
+    def job_state(self, job_id: int) -> str | None:
+        """The base state of one job, or ``None`` if slurmctld does not know it."""
+        args = ["squeue", "--noheader", "--jobs", str(int(job_id)), "--format=%T"]
+        try:
+            out = self.run(args)
+        except SlurmError as exc:
+            if "Invalid job id" in exc.stderr:
+                return None
+            raise
+        line = out.strip().splitlines()
+        return line[0].strip().upper() if line else None
+
+    # ------------------------------------------------------------------ changing
+    def _update(self, job_id: int, assignment: str) -> None:
+        self.run(["scontrol", "update", f"JobId={int(job_id)}", assignment])
+
+    def set_site_factor(self, job_id: int, value: int) -> None:
+        """``scontrol update JobId=N SiteFactor=S``."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"site factor must be an int, got {value!r}")
+        self._update(job_id, f"SiteFactor={value}")
+
+    def _require_pending(self, job_id: int, what: str) -> None:
+        state = self.job_state(job_id)
+        if state != PENDING:
+            raise SlurmError(
+                f"scontrol update JobId={int(job_id)} {what}",
+                f"refused: job {job_id} is {state or 'unknown'}, not PENDING"
+                " (changing the node list of a running job would resize it)",
+            )
+
+    def set_req_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """``scontrol update JobId=N ReqNodeList=...`` on a pending job only."""
+        names = list(nodes)
+        if not names:
+            raise ValueError("set_req_nodes needs at least one node (use clear_req_nodes)")
+        bad = [n for n in names if not _NODE_NAME.match(n)]
+        if bad:
+            raise ValueError(f"not a node name: {bad[0]!r}")
+        hostlist = compress(names)
+        self._require_pending(job_id, f"ReqNodeList={hostlist}")
+        self._update(job_id, f"ReqNodeList={hostlist}")
+
+    def clear_req_nodes(self, job_id: int) -> None:
+        """``scontrol update JobId=N ReqNodeList=`` on a pending job only."""
+        self._require_pending(job_id, "ReqNodeList=")
+        self._update(job_id, "ReqNodeList=")
+
+
+def _utc(t: datetime) -> str:
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc).replace(tzinfo=None)
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _no_json_option(exc: SlurmError) -> bool:
+    """True when sacct failed because it has no ``--json`` (built without the plugin)."""
+    text = (exc.stderr + exc.reason).lower()
+    return "unrecognized option" in text or "json" in text and "not" in text

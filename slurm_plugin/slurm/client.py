@@ -1,0 +1,114 @@
+"""The one interface everything in rlsched uses to talk to Slurm."""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from .types import (
+    PENDING,
+    RUNNING,
+    AccountingJob,
+    SchedulerConfig,
+    SlurmJob,
+    SlurmNode,
+    SwitchTree,
+)
+
+#: Default timeout (seconds) for one Slurm call.
+DEFAULT_TIMEOUT = 30.0
+
+
+class SlurmClient(abc.ABC):
+    """Read the state of a Slurm cluster and make the few changes rlsched is allowed.
+
+    Every call is bounded by :attr:`timeout` and raises
+    :class:`~slurm_plugin.slurm.errors.SlurmError` on any failure.
+    The only changes are a job's site factor and a pending job's required node list:
+    nothing here holds, cancels, requeues or re-prioritises a job.
+    """
+
+    #: Short name of the backend (``"cli"`` or ``"pyslurm"``).
+    backend: str = ""
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = timeout
+
+    # ------------------------------------------------------------------ reading
+    @abc.abstractmethod
+    def jobs(self, states: Iterable[str] = (PENDING, RUNNING)) -> list[SlurmJob]:
+        """Jobs slurmctld knows, restricted to ``states`` (base states, upper case)."""
+
+    def pending_jobs(self) -> list[SlurmJob]:
+        """Jobs waiting to start."""
+        return self.jobs((PENDING,))
+
+    def running_jobs(self) -> list[SlurmJob]:
+        """Jobs holding nodes now."""
+        return self.jobs((RUNNING,))
+
+    @abc.abstractmethod
+    def nodes(self) -> list[SlurmNode]:
+        """All nodes, each once."""
+
+    @abc.abstractmethod
+    def topology(self) -> SwitchTree:
+        """The switch tree (empty when topology/tree is not configured)."""
+
+    @abc.abstractmethod
+    def config(self) -> SchedulerConfig:
+        """The scheduler configuration: priority weights, SchedulerParameters..."""
+
+    @abc.abstractmethod
+    def accounting(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        states: Sequence[str] = (),
+        all_users: bool = True,
+    ) -> list[AccountingJob]:
+        """Jobs from accounting (sacct) in the time window ``[start, end)``.
+
+        Array tasks and requeued jobs come as their own records; job steps are not
+        returned. ``states`` filters on the job state (client-side where Slurm ignores it).
+        """
+
+    # ------------------------------------------------------------------ changing
+    @abc.abstractmethod
+    def set_site_factor(self, job_id: int, value: int) -> None:
+        """Set a job's ``SiteFactor`` (added to its multifactor priority)."""
+
+    @abc.abstractmethod
+    def set_req_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """Require a pending job to run on ``nodes`` (ReqNodeList).
+
+        Raises:
+            SlurmError: If the job is not pending (a running job would be resized).
+        """
+
+    @abc.abstractmethod
+    def clear_req_nodes(self, job_id: int) -> None:
+        """Remove a pending job's ReqNodeList (rollback of :meth:`set_req_nodes`)."""
+
+
+def make_client(backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> SlurmClient:
+    """Build a client.
+
+    Args:
+        backend: ``"cli"``, ``"pyslurm"`` or ``None`` (``$RLSCHED_SLURM_BACKEND``,
+            else ``"cli"``).
+        timeout: Seconds allowed for each Slurm call.
+    """
+    name = backend or os.environ.get("RLSCHED_SLURM_BACKEND", "cli")
+    if name == "cli":
+        from .cli_backend import CliSlurmClient
+
+        return CliSlurmClient(timeout=timeout)
+    if name == "pyslurm":
+        from .pyslurm_backend import PySlurmClient
+
+        return PySlurmClient(timeout=timeout)
+    raise ValueError(f"unknown Slurm backend {name!r}: use 'cli' or 'pyslurm'")

@@ -1,0 +1,188 @@
+"""Special Slurm values, durations and timestamps, converted once, at the edge.
+
+Everything the parsers read goes through these helpers, so the rest of rlsched never
+sees ``UNLIMITED``, ``NO_VAL``, ``4294967295`` or ``{"set": ..., "number": ...}``.
+A wrong value raises :class:`FieldError` naming the field; the parsers turn it into a
+:class:`~slurm_plugin.slurm.errors.SlurmError` with the command attached.
+"""
+
+from __future__ import annotations
+
+import re
+from calendar import timegm
+from collections.abc import Mapping
+from typing import Any
+
+#: 32-bit special values (slurm.h): INFINITE, NO_VAL, and their 16/64-bit cousins.
+INFINITE = 0xFFFFFFFF
+NO_VAL = 0xFFFFFFFE
+INFINITE16 = 0xFFFF
+NO_VAL16 = 0xFFFE
+INFINITE64 = 0xFFFFFFFFFFFFFFFF
+NO_VAL64 = 0xFFFFFFFFFFFFFFFE
+_SPECIAL = {INFINITE, NO_VAL, INFINITE64, NO_VAL64}
+
+#: Strings Slurm prints for "no limit" or "not known".
+_NONE_STRINGS = {
+    "", "unlimited", "infinite", "partition_limit", "none", "unknown", "n/a", "(null)",
+    "not_set", "invalid",
+}
+
+
+class FieldError(ValueError):
+    """A field had a value of the wrong type or form."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+def number(value: Any, field: str, *, special16: bool = False) -> int | None:
+    """Read a Slurm number in any JSON form, mapping special values to ``None``.
+
+    Accepts an int, an integral float, ``None`` (unset), or the data_parser object
+    ``{"set": bool, "infinite": bool, "number": int}`` (v0.0.40 and later).
+    ``NO_VAL``/``INFINITE`` (32 and 64 bit, and 16 bit when ``special16``) give ``None``.
+
+    Raises:
+        FieldError: For strings, booleans, lists and malformed objects.
+    """
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        if "number" not in value and "set" not in value:
+            raise FieldError(field, f"expected a number object, got keys {sorted(value)}")
+        if value.get("infinite") is True or value.get("set") is False:
+            return None
+        return number(value.get("number"), field, special16=special16)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FieldError(field, f"expected a number, got {type(value).__name__} {value!r:.40}")
+    if isinstance(value, float):
+        if value != value or not value.is_integer():
+            raise FieldError(field, f"expected an integer, got {value!r}")
+        value = int(value)
+    if value in _SPECIAL or (special16 and value in (INFINITE16, NO_VAL16)):
+        return None
+    return int(value)
+
+
+def number_or(value: Any, field: str, default: int) -> int:
+    """Like :func:`number` but with a default for unset/special values."""
+    n = number(value, field)
+    return default if n is None else n
+
+
+def timestamp(value: Any, field: str) -> int | None:
+    """An epoch-seconds time; 0 and special values mean "not set" and give ``None``."""
+    n = number(value, field)
+    return None if n is None or n <= 0 else n
+
+
+def minutes_to_seconds(value: Any, field: str) -> int | None:
+    """A time limit in minutes (JSON) to seconds; unset/INFINITE give ``None``."""
+    n = number(value, field)
+    return None if n is None else n * 60
+
+
+def text(value: Any, field: str) -> str:
+    """A string field; ``None`` gives ``""``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise FieldError(field, f"expected a string, got {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def states(value: Any, field: str) -> tuple[str, tuple[str, ...]]:
+    """A state as a string (``"IDLE+DRAIN"``, ``"idle"``) or a list (v0.0.40+).
+
+    Returns:
+        The base state (upper case) and the remaining flags.
+    """
+    if isinstance(value, str):
+        parts = [p for p in re.split(r"[+,\s]+", value.strip().upper()) if p]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        parts = [v.upper() for v in value]
+    else:
+        raise FieldError(field, f"expected a state string or list, got {value!r:.40}")
+    if not parts:
+        raise FieldError(field, "empty state")
+    # Trailing '*' (not responding) and '~' (powered down) decorate sinfo's short states.
+    base = parts[0].rstrip("*~#!%$@^-")
+    return base, tuple(parts[1:])
+
+
+def signed32(value: int) -> int:
+    """Decode a nice value printed as unsigned 32-bit (``4294967246`` is ``-50``)."""
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
+# --------------------------------------------------------------------- text forms
+_DURATION = re.compile(
+    r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+(?:\.\d+)?))?$"
+)
+
+
+def duration(value: str, field: str) -> int | None:
+    """Parse a Slurm duration to seconds; ``UNLIMITED``/``Partition_Limit``... give ``None``.
+
+    Forms (as sacct/scontrol print and accept): ``MM``, ``MM:SS``, ``HH:MM:SS``,
+    ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``; fractional seconds are dropped.
+    """
+    s = value.strip()
+    if s.lower() in _NONE_STRINGS:
+        return None
+    m = _DURATION.match(s)
+    if not m:
+        raise FieldError(field, f"not a Slurm duration: {value!r:.40}")
+    d, a, b, c = m.group("d"), m.group("a"), m.group("b"), m.group("c")
+    cs = int(float(c)) if c is not None else None
+    if d is not None:  # D-HH[:MM[:SS]]
+        secs = int(d) * 86400 + int(a) * 3600 + int(b or 0) * 60 + (cs or 0)
+    elif cs is not None:  # HH:MM:SS
+        secs = int(a) * 3600 + int(b or 0) * 60 + cs
+    elif b is not None:  # MM:SS
+        secs = int(a) * 60 + int(b)
+    else:  # MM
+        secs = int(a) * 60
+    return secs
+
+
+def format_duration(seconds: int) -> str:
+    """Seconds to ``D-HH:MM:SS`` (or ``HH:MM:SS`` under a day), as Slurm prints it."""
+    d, rem = divmod(int(seconds), 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+_ISO = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})$")
+
+
+def iso_utc(value: str, field: str) -> int | None:
+    """A ``YYYY-MM-DDTHH:MM:SS`` time printed with ``TZ=UTC`` to epoch seconds.
+
+    ``Unknown``, ``None`` and empty give ``None``. rlsched runs every Slurm command with
+    ``TZ=UTC`` so that the printed local time is UTC.
+    """
+    s = value.strip()
+    if s.lower() in _NONE_STRINGS:
+        return None
+    m = _ISO.match(s)
+    if not m:
+        raise FieldError(field, f"not a Slurm timestamp: {value!r:.40}")
+    y, mo, d, h, mi, se = (int(g) for g in m.groups())
+    return timegm((y, mo, d, h, mi, se, 0, 0, 0))
+
+
+def int_text(value: str, field: str) -> int | None:
+    """An integer printed as text; special strings and special numbers give ``None``."""
+    s = value.strip()
+    if s.lower() in _NONE_STRINGS:
+        return None
+    try:
+        n = int(s)
+    except ValueError:
+        raise FieldError(field, f"not an integer: {value!r:.40}") from None
+    return None if n in _SPECIAL else n

@@ -1,0 +1,102 @@
+"""Fixtures for tests against the real Slurm test cluster (contrib/testcluster/up).
+
+The tests skip, saying why, when the cluster is not up or the user is not root, unless
+``RLSCHED_REQUIRE_CLUSTER=1`` (set by contrib/run-tests and so by CI), where they fail.
+They only ever touch a cluster named ``testcluster`` (the test cluster's name): every
+job on it may be cancelled between tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from slurm_plugin.slurm.cli_backend import CliSlurmClient
+
+CLUSTER = os.environ.get("RLSCHED_TEST_CLUSTER", "testcluster")
+JOBDIR = "/tmp/rlsched-testcluster/jobs"
+
+
+def _why_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "integration tests need root (they submit and change jobs on the test cluster)"
+    if shutil.which("scontrol") is None:
+        return "Slurm client commands not installed: run contrib/testcluster/up"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return "scontrol ping timed out: is the test cluster up? run contrib/testcluster/up"
+    if "UP" not in ping.stdout:
+        return "slurmctld is not up: run contrib/testcluster/up"
+    cfg = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+    name = next((ln.split("=", 1)[1].strip() for ln in cfg.stdout.splitlines()
+                 if ln.startswith("ClusterName")), "")
+    if name != CLUSTER:
+        return f"the running cluster is {name!r}, not the test cluster {CLUSTER!r}: not touching it"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster() -> str:
+    """The test cluster's name, once checked to be up and ours."""
+    why = _why_unavailable()
+    if why:
+        if os.environ.get("RLSCHED_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"RLSCHED_REQUIRE_CLUSTER=1 but {why}")
+        pytest.skip(why)
+    os.makedirs(JOBDIR, exist_ok=True)
+    return CLUSTER
+
+
+def _cancel_all() -> None:
+    subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                             timeout=30).stdout
+        if not out.strip():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"jobs still in the queue after scancel: {out.split()}")
+
+
+@pytest.fixture()
+def slurm(cluster: str) -> Iterator[CliSlurmClient]:
+    """A CLI client on an empty test cluster; jobs are cancelled again afterwards."""
+    _cancel_all()
+    yield CliSlurmClient(timeout=30)
+    _cancel_all()
+
+
+Submit = Callable[..., int]
+
+
+@pytest.fixture()
+def submit(slurm: CliSlurmClient) -> Submit:
+    """``submit("-N", "2", sleep=60, name="x")`` runs sbatch and returns the job id."""
+
+    def _submit(*args: str, sleep: int = 300, name: str = "rlsched-test") -> int:
+        argv = ["sbatch", "--parsable", f"--chdir={JOBDIR}", "--output=/dev/null",
+                f"--job-name={name}", *args, "--wrap", f"sleep {sleep}"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, f"sbatch failed: {out.stderr}"
+        return int(out.stdout.strip().split(";")[0])
+
+    return _submit
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 30.0, what: str = "") -> object:
+    """Poll ``pred`` until it returns something truthy."""
+    deadline = time.time() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)

@@ -1,0 +1,1 @@
+"""rlsched trainer: simulator, imitation and reinforcement learning (needs the ``train`` extra)."""
