@@ -123,3 +123,28 @@ tc_node_names() { # node01 node02 ...
     [ "$w" -lt 2 ] && w=2
     for i in $(seq 1 "$NNODES"); do printf 'node%0*d\n' "$w" "$i"; done
 }
+
+# PIDs of this cluster's slurmstepd processes (recognised by an open fd on a
+# log file in $TC_LOG) and of all their descendants (the jobs' processes).
+# Job steps outlive slurmd by design; after a RESET nothing owns them any more.
+tc_step_pids() {
+    local p pid stat ppid steps=() queue=() k
+    declare -A kids=()
+    for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        stat=$(cat "$p/stat" 2>/dev/null) || continue
+        stat=${stat##*) }; stat=${stat#* }; ppid=${stat%% *}
+        kids[$ppid]+=" $pid"
+        if [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ]; then
+            for k in "$p"/fd/*; do
+                case "$(readlink "$k" 2>/dev/null)" in "$TC_LOG"/*) steps+=("$pid"); break ;; esac
+            done
+        fi
+    done
+    queue=("${steps[@]}")
+    while [ ${#queue[@]} -gt 0 ]; do
+        pid=${queue[0]}; queue=("${queue[@]:1}")
+        echo "$pid"
+        for k in ${kids[$pid]:-}; do queue+=("$k"); done
+    done
+}

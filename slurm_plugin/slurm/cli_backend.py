@@ -38,6 +38,7 @@ class CliSlurmClient(SlurmClient):
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, bindir: str | None = None) -> None:
         super().__init__(timeout)
         self.bindir = bindir
+        self._version: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ running
     def run(self, args: Sequence[str]) -> str:
@@ -79,21 +80,32 @@ class CliSlurmClient(SlurmClient):
         """Jobs in ``states``; filtered here because 22.05 ignores filters with ``--json``."""
         want = {s.upper() for s in states}
         out = self.run(["squeue", "--all", "--json"])
-        jobs = [j for j in parse.parse_squeue_json(out, "squeue --all --json") if j.state in want]
-        pending = [j for j in jobs if j.is_pending]
-        if pending and any(j.site_factor is None for j in pending):
-            sites = self._site_factors()
-            jobs = [
-                j if j.site_factor is not None or not j.is_pending
-                else replace(j, site_factor=sites.get(j.job_id, 0))
-                for j in jobs
-            ]
-        return jobs
+        parsed, version = parse.parse_squeue_document(out, "squeue --all --json")
+        jobs = [j for j in parsed if j.state in want]
+        if not any(j.is_pending for j in jobs):
+            return jobs
+        # No JSON version prints the site factor: sprio does (eligible pending jobs only;
+        # for others it stays None). 22.05's JSON also lacks the switch request.
+        sites = self._site_factors()
+        switches = self._switches() if version == 38 else {}
+        result = []
+        for j in jobs:
+            if j.is_pending:
+                count, wait = switches.get(j.job_id, (j.switches, j.switches_wait))
+                j = replace(j, site_factor=sites.get(j.job_id), switches=count,
+                            switches_wait=wait)
+            result.append(j)
+        return result
 
     def _site_factors(self) -> dict[int, int]:
-        """Site factors of pending jobs from ``sprio`` (squeue's JSON lacks them)."""
+        """Site factors of eligible pending jobs from ``sprio``."""
         args = ["sprio", "--noheader", "--format=%i %S"]
         return parse.parse_sprio_site(self.run(args), " ".join(args))
+
+    def _switches(self) -> dict[int, tuple[int | None, int | None]]:
+        """Wanted switch count and wait per job from ``squeue -O`` (for 22.05)."""
+        args = ["squeue", "--all", "--noheader", "-O", parse.SQUEUE_SWITCHES_FORMAT]
+        return parse.parse_squeue_switches(self.run(args), " ".join(args))
 
     def nodes(self) -> list[SlurmNode]:
         """Every node once.
@@ -131,9 +143,12 @@ class CliSlurmClient(SlurmClient):
             end: Window end.
             states: Keep only these job states (checked here as well as asked of sacct).
             all_users: Every user's jobs (``--allusers``), not only the caller's.
-            use_json: Force ``--json`` (True) or ``-P`` (False); default: try JSON, fall
-                back to ``-P`` if this sacct has no ``--json``.
+            use_json: Force ``--json`` (True) or ``-P`` (False). Default: ``-P`` before
+                Slurm 23.02 (22.05's ``sacct --json`` reports return code 0 for failed
+                jobs), JSON after, falling back to ``-P`` if sacct has no ``--json``.
         """
+        if use_json is None and self.version() < (23, 2):
+            use_json = False
         window = ["-X", "-S", _utc(start), "-E", _utc(end)]
         if all_users:
             window.insert(0, "--allusers")
@@ -155,6 +170,16 @@ class CliSlurmClient(SlurmClient):
             want = {s.upper() for s in states}
             jobs = [j for j in jobs if j.state in want]
         return jobs
+
+    def version(self) -> tuple[int, int]:
+        """The Slurm (major, minor) version of the client commands, read once."""
+        if self._version is None:
+            out = self.run(["sinfo", "--version"])
+            m = re.search(r"(\d+)\.(\d+)", out)
+            if not m:
+                raise SlurmError("sinfo --version", f"no version in {out.strip()!r:.60}")
+            self._version = (int(m.group(1)), int(m.group(2)))
+        return self._version
 
     def job_state(self, job_id: int) -> str | None:
         """The base state of one job, or ``None`` if slurmctld does not know it."""

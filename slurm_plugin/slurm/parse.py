@@ -220,8 +220,15 @@ def parse_squeue_json(raw: str | bytes, command: str = "squeue --json") -> list[
     Raises:
         SlurmError: Naming the offending field, on any malformed or unknown input.
     """
-    doc, _version = load_document(raw, command)
-    return list(_each(_records(doc, "jobs", command), "jobs", command, _job))
+    return parse_squeue_document(raw, command)[0]
+
+
+def parse_squeue_document(
+    raw: str | bytes, command: str = "squeue --json"
+) -> tuple[list[SlurmJob], int]:
+    """Like :func:`parse_squeue_json`, also returning the declared format version."""
+    doc, version = load_document(raw, command)
+    return list(_each(_records(doc, "jobs", command), "jobs", command, _job)), version
 
 
 # ============================================================== sinfo/scontrol nodes --json
@@ -376,7 +383,7 @@ def parse_sacct_json(raw: str | bytes, command: str = "sacct --json") -> list[Ac
 SACCT_FIELDS = (
     "JobIDRaw", "JobID", "Cluster", "User", "Account", "Partition", "QOS", "State",
     "Submit", "Eligible", "Start", "End", "Timelimit", "ReqTRES", "AllocTRES", "NodeList",
-    "Priority", "ExitCode", "Restarts", "JobName",
+    "Priority", "ExitCode", "JobName",
 )
 
 _JOBID_RE = re.compile(r"^(\d+)(?:_(\d+|\[.*\]))?(?:\+\d+)?(?:\.\S+)?$")
@@ -584,11 +591,15 @@ def parse_config(text: str, command: str = "scontrol show config") -> SchedulerC
 
 # ============================================================== sprio
 def parse_sprio_site(text: str, command: str = "sprio") -> dict[int, int]:
-    """``sprio -h -o '%i %S'`` output (job id, site factor) into ``{job_id: site}``."""
+    """``sprio -h -o '%i %S'`` output (job id, site factor) into ``{job_id: site}``.
+
+    sprio lists only eligible pending jobs, and with none it prints ``Unable to find jobs
+    matching user/id(s) specified`` (exit code 0): that gives ``{}``.
+    """
     out: dict[int, int] = {}
     for n, line in enumerate(text.splitlines(), start=1):
         parts = line.split()
-        if not parts:
+        if not parts or line.startswith("Unable to find jobs"):
             continue
         if len(parts) != 2:
             raise SlurmError(command, f"expected 2 columns, got {len(parts)}", field=f"line {n}")
@@ -599,4 +610,37 @@ def parse_sprio_site(text: str, command: str = "sprio") -> dict[int, int]:
             raise SlurmError(command, exc.message, field=exc.field) from None
         if job is not None and site is not None:
             out[job] = site
+    return out
+
+
+# ============================================================== squeue -O (22.05 switches)
+#: ``squeue`` format giving each job's wanted switch count and max wait, ``|``-separated
+#: (22.05's JSON has neither field).
+SQUEUE_SWITCHES_FORMAT = "JobID:|,ReqSwitch:|,Wait4Switch:|"
+
+
+def parse_squeue_switches(
+    text: str, command: str = "squeue -O ReqSwitch"
+) -> dict[int, tuple[int | None, int | None]]:
+    """``squeue -h -O`` :data:`SQUEUE_SWITCHES_FORMAT` output into ``{job: (count, wait_s)}``.
+
+    A count of 0 (not requested) gives ``(None, None)``. Array tasks print ``12_3``: the
+    part before ``_`` is the array's id, which the JSON also calls the task's job id only
+    for the last task, so such lines are skipped.
+    """
+    out: dict[int, tuple[int | None, int | None]] = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 3:
+            raise SlurmError(command, f"expected 3 columns, got {len(parts)}", field=f"line {n}")
+        if not parts[0].isdigit():
+            continue
+        try:
+            count = v.int_text(parts[1], f"line {n}.REQ_SWITCH")
+            wait = v.duration(parts[2], f"line {n}.WAIT4SWITCH")
+        except v.FieldError as exc:
+            raise SlurmError(command, exc.message, field=exc.field) from None
+        out[int(parts[0])] = (count, wait) if count else (None, None)
     return out

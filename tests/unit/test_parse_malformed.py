@@ -140,9 +140,9 @@ def test_sacct_parsable_pipe_in_name_and_steps():
     header = "|".join(parse.SACCT_FIELDS)
     row = ("12|12|tc|alice|acct|gpu|normal|CANCELLED by 0|2026-01-01T00:00:00|"
            "2026-01-01T00:00:01|Unknown|Unknown|01:00:00|cpu=2,mem=1G,node=1,gres/gpu=2||"
-           "None assigned|10|0:15|0|a|b;c")
+           "None assigned|10|0:15|a|b;c")
     step = ("12.batch|12.batch|tc|||||COMPLETED|2026-01-01T00:00:00|2026-01-01T00:00:01|"
-            "2026-01-01T00:00:02|2026-01-01T00:00:03|||cpu=2|node01||0:0||batch")
+            "2026-01-01T00:00:02|2026-01-01T00:00:03|||cpu=2|node01||0:0|batch")
     (job,) = parse.parse_sacct_parsable("\n".join([header, row, step]))
     assert job.name == "a|b;c"
     assert job.state == "CANCELLED"
