@@ -204,7 +204,7 @@ def sacct(ctx: click.Context, start: str, end: str, fmt: str, as_json: bool) -> 
 
     rows = [
         (j.job_id, j.state, j.user, ts(j.submit_time), ts(j.start_time), ts(j.end_time),
-         j.alloc_nodes or j.req_nodes or "-", j.alloc_gpus or j.req_gpus or 0,
+         j.alloc.nodes or j.req.nodes or "-", j.alloc.gpus or j.req.gpus or 0,
          j.node_list or "-", j.name[:24])
         for j in result
     ]

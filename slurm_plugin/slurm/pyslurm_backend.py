@@ -59,6 +59,7 @@ from .types import (
     SlurmJob,
     SlurmNode,
     SwitchTree,
+    TresCounts,
 )
 
 if TYPE_CHECKING:
@@ -340,14 +341,8 @@ def _accounting_job(job: Any) -> AccountingJob:
         end_time=_timestamp(job.end_time),
         # minutes; None for INFINITE, the string "PartitionLimit" when unset.
         time_limit=_minutes(job.time_limit),
-        req_nodes=req.get("node"),
-        req_cpus=req.get("cpu"),
-        req_gpus=gpu_count(req) if req else None,
-        req_mem_mb=req.get("mem"),
-        alloc_nodes=alloc.get("node"),
-        alloc_cpus=alloc.get("cpu"),
-        alloc_gpus=gpu_count(alloc) if alloc else None,
-        alloc_mem_mb=alloc.get("mem"),
+        req=TresCounts.from_tres(req),
+        alloc=TresCounts.from_tres(alloc),
         node_list=node_list,
         nodes=_nodes(node_list),
         priority=_int(job.priority),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .tres import gpu_count
+
 #: Job states the helper may act on.
 PENDING = "PENDING"
 RUNNING = "RUNNING"
@@ -218,11 +220,31 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TresCounts:
+    """Node, CPU, GPU and memory counts of one TRES set; ``None`` where not recorded."""
+
+    nodes: int | None = None
+    cpus: int | None = None
+    gpus: int | None = None
+    mem_mb: int | None = None
+
+    @classmethod
+    def from_tres(cls, tres: Mapping[str, int]) -> TresCounts:
+        """From a parsed TRES mapping (``{"node": 2, "cpu": 4, "gres/gpu": 8, "mem": 1024}``).
+
+        An empty mapping (nothing requested or allocated) gives all ``None``.
+        """
+        if not tres:
+            return cls()
+        return cls(tres.get("node"), tres.get("cpu"), gpu_count(tres), tres.get("mem"))
+
+
+@dataclass(frozen=True, slots=True)
 class AccountingJob:
     """A job from accounting (``sacct``), finished or not.
 
-    Attributes mirror :class:`SlurmJob` where they overlap. ``req_*`` come from the
-    requested TRES, ``alloc_*`` from the allocated TRES (``None`` if never allocated).
+    Attributes mirror :class:`SlurmJob` where they overlap. ``req`` holds the requested
+    TRES, ``alloc`` the allocated TRES (all ``None`` if never allocated).
     ``exit_code`` is the return code (``None`` if unknown), ``signal`` the terminating
     signal if any. ``nodes`` is the expanded allocated node list, ``node_list`` the
     same as Slurm printed it.
@@ -240,14 +262,8 @@ class AccountingJob:
     start_time: int | None
     end_time: int | None
     time_limit: int | None
-    req_nodes: int | None
-    req_cpus: int | None
-    req_gpus: int | None
-    req_mem_mb: int | None
-    alloc_nodes: int | None
-    alloc_cpus: int | None
-    alloc_gpus: int | None
-    alloc_mem_mb: int | None
+    req: TresCounts
+    alloc: TresCounts
     node_list: str
     nodes: tuple[str, ...]
     priority: int | None

@@ -159,8 +159,8 @@ def test_sacct_reads_finished_jobs(slurm: CliSlurmClient, submit: Submit, use_js
     r = wait_for(recorded, timeout=30, what="sacct to record the job")
     assert r.state == "COMPLETED" and r.exit_code == 0
     assert r.name == "acct|me" and r.user == "root" and r.cluster == "testcluster"
-    assert r.alloc_nodes == 2 and r.req_nodes == 2 and len(r.nodes) == 2
-    assert r.alloc_gpus == 4 and r.time_limit == 180
+    assert r.alloc.nodes == 2 and r.req.nodes == 2 and len(r.nodes) == 2
+    assert r.alloc.gpus == 4 and r.time_limit == 180
     assert r.submit_time <= r.start_time <= r.end_time
     done = slurm.accounting(t0, datetime.now(timezone.utc) + timedelta(minutes=1),
                             states=["COMPLETED"], use_json=use_json)

@@ -88,7 +88,7 @@ def test_sacct_json_and_parsable_agree():
         assert (a.submit_time, a.start_time, a.end_time) == (b.submit_time, b.start_time,
                                                             b.end_time), jid
         assert a.nodes == b.nodes, jid
-        assert (a.alloc_gpus or 0) == (b.alloc_gpus or 0), jid
+        assert (a.alloc.gpus or 0) == (b.alloc.gpus or 0), jid
 
 
 def test_topology_config_sprio():

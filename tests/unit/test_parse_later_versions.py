@@ -44,9 +44,9 @@ def test_squeue(version):
 def test_sacct(version):
     rows = {r.job_id: r for r in parse.parse_sacct_json(read(version, "sacct.json"))}
     assert rows[1001].state == "PENDING" and rows[1001].start_time is None
-    assert rows[1001].req_gpus == 4 and rows[1001].alloc_gpus is None
-    assert rows[1002].alloc_nodes == 2 and rows[1002].nodes == ("gpu04", "gpu05")
-    assert rows[1002].alloc_gpus == 16 and rows[1002].time_limit == 86400
+    assert rows[1001].req.gpus == 4 and rows[1001].alloc.gpus is None
+    assert rows[1002].alloc.nodes == 2 and rows[1002].nodes == ("gpu04", "gpu05")
+    assert rows[1002].alloc.gpus == 16 and rows[1002].time_limit == 86400
     assert (rows[1007].array_job_id, rows[1007].array_task_id) == (1003, 3)
     assert rows[1010].time_limit is None
 

@@ -148,7 +148,7 @@ def test_sacct_parsable_pipe_in_name_and_steps():
     assert job.state == "CANCELLED"
     assert job.start_time is None and job.end_time is None
     assert job.time_limit == 3600
-    assert job.req_gpus == 2 and job.req_mem_mb == 1024
+    assert job.req.gpus == 2 and job.req.mem_mb == 1024
     assert job.nodes == () and job.signal == 15
     with pytest.raises(SlurmError) as ei:
         parse.parse_sacct_parsable("\n".join([header, row.replace("2026-01-01T00:00:00", "x")]))

@@ -290,16 +290,16 @@ def test_accounting_filter_and_conversion(client):
     assert flt.users is None
     done, cancelled, timeout = jobs[10], jobs[11], jobs[12]
     assert done.state == "COMPLETED" and done.time_limit == 7200
-    assert (done.req_cpus, done.req_mem_mb, done.req_nodes, done.req_gpus) == (4, 8192, 1, 2)
-    assert (done.alloc_cpus, done.alloc_mem_mb, done.alloc_nodes, done.alloc_gpus) == (
+    assert (done.req.cpus, done.req.mem_mb, done.req.nodes, done.req.gpus) == (4, 8192, 1, 2)
+    assert (done.alloc.cpus, done.alloc.mem_mb, done.alloc.nodes, done.alloc.gpus) == (
         4, 8192, 1, 2)
     assert done.node_list == "node[01-02]" and done.nodes == ("node01", "node02")
     assert done.start_time == 1_700_000_100 and done.end_time == 1_700_003_700
     assert done.exit_code == 0 and done.signal is None and done.restart_count == 1
     assert done.cluster == "c1" and done.priority == 1000 and done.user == "alice"
     assert cancelled.time_limit is None and cancelled.start_time is None
-    assert cancelled.alloc_cpus is None and cancelled.alloc_gpus is None
-    assert cancelled.req_gpus == 0 and cancelled.nodes == () and cancelled.priority is None
+    assert cancelled.alloc.cpus is None and cancelled.alloc.gpus is None
+    assert cancelled.req.gpus == 0 and cancelled.nodes == () and cancelled.priority is None
     assert timeout.time_limit is None and timeout.signal == 9
     assert (timeout.array_job_id, timeout.array_task_id) == (12, 0)
 
