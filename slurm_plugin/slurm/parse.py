@@ -202,7 +202,7 @@ def _job(rec: Mapping[str, Any], path: str) -> SlurmJob:
         num_gpus=int(gpus),
         mem_mb=tres.get("mem"),
         priority=v.number(rec.get("priority"), f"{path}.priority") or 0,
-        site_factor=None if site is None else v.number(site, f"{path}.site_factor"),
+        site_factor=v.site_factor(site, f"{path}.site_factor"),
         nice=0 if nice_raw is None else v.signed32(nice_raw),
         required_nodes=_nodes(rec.get("required_nodes"), f"{path}.required_nodes"),
         excluded_nodes=_nodes(rec.get("excluded_nodes"), f"{path}.excluded_nodes"),

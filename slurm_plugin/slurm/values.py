@@ -113,6 +113,23 @@ def states(value: Any, field: str) -> tuple[str, tuple[str, ...]]:
     return base, tuple(parts[1:])
 
 
+#: Slurm stores nice and site factor as unsigned 32-bit with this offset (``NICE_OFFSET``).
+NICE_OFFSET = 0x80000000
+
+
+def site_factor(value: Any, field: str) -> int | None:
+    """A site factor, decoding Slurm's ``NICE_OFFSET`` encoding where it is still applied.
+
+    Slurm keeps ``site_factor`` as ``NICE_OFFSET + value`` internally; printers that pass
+    the raw number on give values above 2**30 (the settable range is +/- 2147483645, so
+    plain values that large do not occur in practice).
+    """
+    n = number(value, field)
+    if n is None:
+        return None
+    return n - NICE_OFFSET if n > (1 << 30) else n
+
+
 def signed32(value: int) -> int:
     """Decode a nice value printed as unsigned 32-bit (``4294967246`` is ``-50``)."""
     return value - (1 << 32) if value >= (1 << 31) else value

@@ -82,3 +82,12 @@ def test_iso_utc():
     assert v.iso_utc("None", "t") is None
     with pytest.raises(v.FieldError):
         v.iso_utc("yesterday", "t")
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [(None, None), (0, 0), (500, 500), (-50, -50), (0x80000000 + 500, 500),
+     (0x80000000 - 50, -50), ({"set": True, "infinite": False, "number": 0x80000000}, 0)],
+)
+def test_site_factor_offset(raw, expected):
+    assert v.site_factor(raw, "site_factor") == expected
