@@ -147,6 +147,31 @@ class CliSlurmClient(SlurmClient):
                 Slurm 23.02 (22.05's ``sacct --json`` reports return code 0 for failed
                 jobs), JSON after, falling back to ``-P`` if sacct has no ``--json``.
         """
+        raw, is_json = self.sacct_output(start, end, states=states, all_users=all_users,
+                                         use_json=use_json)
+        if is_json:
+            jobs = parse.parse_sacct_json(raw, "sacct --json")
+        else:
+            jobs = parse.parse_sacct_parsable(raw, "sacct -P")
+        if states:
+            want = {s.upper() for s in states}
+            jobs = [j for j in jobs if j.state in want]
+        return jobs
+
+    def sacct_output(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        states: Sequence[str] = (),
+        all_users: bool = True,
+        use_json: bool | None = None,
+    ) -> tuple[str, bool]:
+        """Run ``sacct`` for a window and return its raw output and whether it is JSON.
+
+        For record-by-record ingest, where one bad row must not fail the window. The
+        arguments are those of :meth:`accounting`.
+        """
         if use_json is None and self.version() < (23, 2):
             use_json = False
         window = ["-X", "-S", _utc(start), "-E", _utc(end)]
@@ -154,22 +179,14 @@ class CliSlurmClient(SlurmClient):
             window.insert(0, "--allusers")
         if states:
             window += ["--state", ",".join(s.upper() for s in states)]
-        jobs: list[AccountingJob]
         if use_json is not False:
             try:
-                args = ["sacct", "--json", *window]
-                jobs = parse.parse_sacct_json(self.run(args), "sacct --json")
+                return self.run(["sacct", "--json", *window]), True
             except SlurmError as exc:
                 if use_json or not _no_json_option(exc):
                     raise
-                use_json = False
-        if use_json is False:
-            args = ["sacct", "-P", "--format=" + ",".join(parse.SACCT_FIELDS), *window]
-            jobs = parse.parse_sacct_parsable(self.run(args), "sacct -P")
-        if states:
-            want = {s.upper() for s in states}
-            jobs = [j for j in jobs if j.state in want]
-        return jobs
+        fmt = "--format=" + ",".join(parse.SACCT_FIELDS)
+        return self.run(["sacct", "-P", fmt, *window]), False
 
     def version(self) -> tuple[int, int]:
         """The Slurm (major, minor) version of the client commands, read once."""

@@ -124,7 +124,7 @@ def _each(
 
 def _need(rec: Mapping[str, Any], key: str, path: str) -> Any:
     if key not in rec:
-        raise v.FieldError(f"{path}.{key}", "missing required field")
+        raise v.FieldError(f"{path}.{key}", "missing required field", v.KIND_MISSING)
     return rec[key]
 
 
@@ -368,8 +368,28 @@ def _acct_job(rec: Mapping[str, Any], path: str) -> AccountingJob:
 
 def parse_sacct_json(raw: str | bytes, command: str = "sacct --json") -> list[AccountingJob]:
     """Parse ``sacct --json`` (any supported version); steps are not returned."""
+    return list(_each(sacct_json_records(raw, command), "jobs", command, _acct_job))
+
+
+def sacct_json_records(raw: str | bytes, command: str = "sacct --json") -> list[Any]:
+    """The raw job objects of a ``sacct --json`` document (for record-by-record ingest).
+
+    Raises:
+        SlurmError: If the document as a whole is unreadable (see :func:`load_document`).
+    """
     doc, _version = load_document(raw, command)
-    return list(_each(_records(doc, "jobs", command), "jobs", command, _acct_job))
+    return _records(doc, "jobs", command)
+
+
+def sacct_json_record(rec: Any, path: str) -> AccountingJob:
+    """Parse one job object of a ``sacct --json`` document.
+
+    Raises:
+        FieldError, HostlistError, TresError: On a malformed record.
+    """
+    if not isinstance(rec, dict):
+        raise v.FieldError(path, f"expected an object, got {type(rec).__name__}")
+    return _acct_job(rec, path)
 
 
 # ============================================================== sacct -P
@@ -396,24 +416,14 @@ def parse_sacct_parsable(raw: str, command: str = "sacct -P") -> list[Accounting
     lines = [ln for ln in raw.splitlines() if ln.strip()]
     if not lines:
         return []
-    header = lines[0].split("|")
-    col = {name: i for i, name in enumerate(header)}
-    missing = [f for f in ("JobIDRaw", "State", "Submit") if f not in col]
-    if missing:
-        raise SlurmError(command, f"header lacks columns {missing}", field="header")
+    try:
+        reader = SacctParsableReader(lines[0])
+    except v.FieldError as exc:
+        raise SlurmError(command, exc.message, field=exc.field) from None
     out: list[AccountingJob] = []
-    last = len(header) - 1
     for n, line in enumerate(lines[1:], start=2):
-        parts = line.split("|")
-        if len(parts) > len(header) and header[-1] == "JobName":
-            parts = parts[:last] + ["|".join(parts[last:])]
-        if len(parts) != len(header):
-            raise SlurmError(
-                command, f"expected {len(header)} columns, got {len(parts)}", field=f"line {n}"
-            )
-        row = dict(zip(header, parts, strict=True))
         try:
-            job = _acct_row(row, f"line {n}")
+            job = reader.row(line, n)
         except v.FieldError as exc:
             raise SlurmError(command, exc.message, field=exc.field) from None
         except (HostlistError, TresError) as exc:
@@ -421,6 +431,40 @@ def parse_sacct_parsable(raw: str, command: str = "sacct -P") -> list[Accounting
         if job is not None:
             out.append(job)
     return out
+
+
+class SacctParsableReader:
+    """Reads ``sacct -P`` output one line at a time (for streaming ingest).
+
+    Args:
+        header: The header line (column names separated by ``|``).
+
+    Raises:
+        FieldError: If the header lacks JobIDRaw, State or Submit.
+    """
+
+    def __init__(self, header: str) -> None:
+        self.header = header.rstrip("\r\n").split("|")
+        missing = [f for f in ("JobIDRaw", "State", "Submit") if f not in self.header]
+        if missing:
+            raise v.FieldError("header", f"header lacks columns {missing}", v.KIND_MISSING)
+        self._joins_name = self.header[-1] == "JobName"
+
+    def row(self, line: str, n: int) -> AccountingJob | None:
+        """Parse one data line (``n`` is its line number); ``None`` for a job step.
+
+        Raises:
+            FieldError, HostlistError, TresError: On a malformed line.
+        """
+        parts = line.rstrip("\r\n").split("|")
+        width = len(self.header)
+        if len(parts) > width and self._joins_name:
+            parts = parts[:width - 1] + ["|".join(parts[width - 1:])]
+        if len(parts) != width:
+            raise v.FieldError(
+                f"line {n}", f"expected {width} columns, got {len(parts)}", v.KIND_FIELD_COUNT
+            )
+        return _acct_row(dict(zip(self.header, parts, strict=True)), f"line {n}")
 
 
 def _acct_row(row: Mapping[str, str], path: str) -> AccountingJob | None:
@@ -440,7 +484,7 @@ def _acct_row(row: Mapping[str, str], path: str) -> AccountingJob | None:
     alloc = parse_tres(row.get("AllocTRES", ""))
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
     if not state:
-        raise v.FieldError(f"{path}.State", "empty state")
+        raise v.FieldError(f"{path}.State", "empty state", v.KIND_STATE)
     exit_code = sig = None
     if ec := row.get("ExitCode", "").strip():
         a, _, b = ec.partition(":")

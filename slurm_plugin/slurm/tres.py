@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from types import MappingProxyType
 
 __all__ = [
@@ -82,6 +83,8 @@ def is_memory_key(key: str) -> bool:
 
 def _parse_value(key: str, raw: str, item: str) -> int:
     """Read one TRES value; memory to MiB, fractions rounded up."""
+    if raw.isascii() and raw.isdigit():  # the common case, fast
+        return int(raw)
     match = _VALUE.fullmatch(raw)
     if match is None:
         raise TresError(item, f"value {raw!r} is not a non-negative number")
@@ -90,8 +93,14 @@ def _parse_value(key: str, raw: str, item: str) -> int:
         if "." in number:
             raise TresError(item, f"value {raw!r} is not a whole number")
         return int(number)
-    amount = Fraction(number)
     power = _POWER[unit.upper()]
+    if "." not in number:  # integer with a unit: exact integer arithmetic
+        n = int(number)
+        if not is_memory_key(key):
+            return n << (10 * power)
+        shift = 10 * (power - 2)
+        return n << shift if shift >= 0 else -(-n >> -shift)
+    amount = Fraction(number)
     if is_memory_key(key):
         # MiB is 1024**2 bytes: K divides by 1024, M keeps, G multiplies by 1024...
         amount *= Fraction(1024) ** (power - 2)
@@ -128,6 +137,18 @@ def parse_tres(text: str | None, id_names: Mapping[int, str] | None = None) -> d
     """
     if text is None or not text.strip():
         return {}
+    if id_names is None:
+        return dict(_parse_named_cached(text))
+    return _parse_tres(text, id_names)
+
+
+@lru_cache(maxsize=8192)
+def _parse_named_cached(text: str) -> tuple[tuple[str, int], ...]:
+    """Named-form TRES strings repeat across jobs: parse each distinct one once."""
+    return tuple(_parse_tres(text, None).items())
+
+
+def _parse_tres(text: str, id_names: Mapping[int, str] | None) -> dict[str, int]:
     result: dict[str, int] = {}
     for piece in text.split(","):
         item = piece.strip()

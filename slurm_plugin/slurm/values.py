@@ -9,8 +9,9 @@ A wrong value raises :class:`FieldError` naming the field; the parsers turn it i
 from __future__ import annotations
 
 import re
-from calendar import timegm
+from calendar import monthrange, timegm
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 #: 32-bit special values (slurm.h): INFINITE, NO_VAL, and their 16/64-bit cousins.
@@ -29,12 +30,28 @@ _NONE_STRINGS = {
 }
 
 
-class FieldError(ValueError):
-    """A field had a value of the wrong type or form."""
+#: Kinds of :class:`FieldError`, so callers (ingest) can count bad rows by cause.
+KIND_VALUE = "value"
+KIND_TIME = "time"
+KIND_NUMBER = "number"
+KIND_STATE = "state"
+KIND_MISSING = "missing"
+KIND_FIELD_COUNT = "field count"
 
-    def __init__(self, field: str, message: str) -> None:
+
+class FieldError(ValueError):
+    """A field had a value of the wrong type or form.
+
+    Attributes:
+        field: Path of the field, e.g. ``jobs[3].time_limit`` or ``line 7.Submit``.
+        message: What is wrong with it.
+        kind: One of the ``KIND_*`` constants.
+    """
+
+    def __init__(self, field: str, message: str, kind: str = KIND_VALUE) -> None:
         self.field = field
         self.message = message
+        self.kind = kind
         super().__init__(f"{field}: {message}")
 
 
@@ -52,15 +69,19 @@ def number(value: Any, field: str, *, special16: bool = False) -> int | None:
         return None
     if isinstance(value, Mapping):
         if "number" not in value and "set" not in value:
-            raise FieldError(field, f"expected a number object, got keys {sorted(value)}")
+            raise FieldError(
+                field, f"expected a number object, got keys {sorted(value)}", KIND_NUMBER
+            )
         if value.get("infinite") is True or value.get("set") is False:
             return None
         return number(value.get("number"), field, special16=special16)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise FieldError(field, f"expected a number, got {type(value).__name__} {value!r:.40}")
+        raise FieldError(
+            field, f"expected a number, got {type(value).__name__} {value!r:.40}", KIND_NUMBER
+        )
     if isinstance(value, float):
         if value != value or not value.is_integer():
-            raise FieldError(field, f"expected an integer, got {value!r}")
+            raise FieldError(field, f"expected an integer, got {value!r}", KIND_NUMBER)
         value = int(value)
     if value in _SPECIAL or (special16 and value in (INFINITE16, NO_VAL16)):
         return None
@@ -105,9 +126,9 @@ def states(value: Any, field: str) -> tuple[str, tuple[str, ...]]:
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
         parts = [v.upper() for v in value]
     else:
-        raise FieldError(field, f"expected a state string or list, got {value!r:.40}")
+        raise FieldError(field, f"expected a state string or list, got {value!r:.40}", KIND_STATE)
     if not parts:
-        raise FieldError(field, "empty state")
+        raise FieldError(field, "empty state", KIND_STATE)
     # Trailing '*' (not responding) and '~' (powered down) decorate sinfo's short states.
     base = parts[0].rstrip("*~#!%$@^-")
     return base, tuple(parts[1:])
@@ -152,7 +173,7 @@ def duration(value: str, field: str) -> int | None:
         return None
     m = _DURATION.match(s)
     if not m:
-        raise FieldError(field, f"not a Slurm duration: {value!r:.40}")
+        raise FieldError(field, f"not a Slurm duration: {value!r:.40}", KIND_TIME)
     d, a, b, c = m.group("d"), m.group("a"), m.group("b"), m.group("c")
     cs = int(float(c)) if c is not None else None
     if d is not None:  # D-HH[:MM[:SS]]
@@ -188,9 +209,20 @@ def iso_utc(value: str, field: str) -> int | None:
         return None
     m = _ISO.match(s)
     if not m:
-        raise FieldError(field, f"not a Slurm timestamp: {value!r:.40}")
-    y, mo, d, h, mi, se = (int(g) for g in m.groups())
-    return timegm((y, mo, d, h, mi, se, 0, 0, 0))
+        raise FieldError(field, f"not a Slurm timestamp: {value!r:.40}", KIND_TIME)
+    h, mi, se = int(s[11:13]), int(s[14:16]), int(s[17:19])
+    if h > 23 or mi > 59 or se > 60:
+        raise FieldError(field, f"not a Slurm timestamp: {value!r:.40}", KIND_TIME)
+    return _day_start(s[:10], field) + h * 3600 + mi * 60 + se
+
+
+@lru_cache(maxsize=4096)
+def _day_start(date: str, field: str) -> int:
+    """Epoch seconds of a ``YYYY-MM-DD`` day at 00:00 UTC (cached: dates repeat a lot)."""
+    y, mo, d = int(date[:4]), int(date[5:7]), int(date[8:10])
+    if not (1 <= mo <= 12 and 1 <= d <= monthrange(y, mo)[1]):
+        raise FieldError(field, f"not a Slurm timestamp: {date!r}", KIND_TIME)
+    return timegm((y, mo, d, 0, 0, 0, 0, 0, 0))
 
 
 def int_text(value: str, field: str) -> int | None:
@@ -201,5 +233,5 @@ def int_text(value: str, field: str) -> int | None:
     try:
         n = int(s)
     except ValueError:
-        raise FieldError(field, f"not an integer: {value!r:.40}") from None
+        raise FieldError(field, f"not an integer: {value!r:.40}", KIND_NUMBER) from None
     return None if n in _SPECIAL else n

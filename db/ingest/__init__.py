@@ -1,0 +1,1 @@
+"""Ingest sources: each is a pure iterator of ``db.records.Parsed`` items."""
