@@ -473,7 +473,9 @@ def _acct_row(row: Mapping[str, str], path: str) -> AccountingJob | None:
         return None  # a step
     m = _JOBID_RE.match(row.get("JobID", raw_id))
     if not m:
-        raise v.FieldError(f"{path}.JobID", f"not a job id: {row.get('JobID')!r:.40}")
+        raise v.FieldError(
+            f"{path}.JobID", f"not a job id: {row.get('JobID')!r:.40}", v.KIND_NUMBER
+        )
     job_id = v.int_text(raw_id.split("+")[0], f"{path}.JobIDRaw")
     if job_id is None:
         raise v.FieldError(f"{path}.JobIDRaw", "job id is not set")

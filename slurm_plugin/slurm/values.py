@@ -94,15 +94,22 @@ def number_or(value: Any, field: str, default: int) -> int:
     return default if n is None else n
 
 
+def _time_number(value: Any, field: str) -> int | None:
+    try:
+        return number(value, field)
+    except FieldError as exc:
+        raise FieldError(exc.field, exc.message, KIND_TIME) from None
+
+
 def timestamp(value: Any, field: str) -> int | None:
     """An epoch-seconds time; 0 and special values mean "not set" and give ``None``."""
-    n = number(value, field)
+    n = _time_number(value, field)
     return None if n is None or n <= 0 else n
 
 
 def minutes_to_seconds(value: Any, field: str) -> int | None:
     """A time limit in minutes (JSON) to seconds; unset/INFINITE give ``None``."""
-    n = number(value, field)
+    n = _time_number(value, field)
     return None if n is None else n * 60
 
 
