@@ -39,6 +39,14 @@ COMMANDS: dict[str, CommandEntry] = {
         "slurm_plugin.slurm.commands:slurm",
         "Read the cluster through rlsched's Slurm boundary (jobs, nodes, topology...).",
     ),
+    "db": CommandEntry(
+        "db.cli:db",
+        "Create, upgrade and inspect the job-history store (init, upgrade, stats...).",
+    ),
+    "ingest": CommandEntry(
+        "db.ingest_cli:ingest",
+        "Load job history into the store: sacct, the slurmdbd database, SWF/Philly traces.",
+    ),
 }
 
 #: Packages an extra provides, to tell a missing extra from a bug.

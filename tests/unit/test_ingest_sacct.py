@@ -110,6 +110,6 @@ def test_windows():
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     ws = list(sacct.windows(t0, t0 + timedelta(days=2, hours=12)))
     assert len(ws) == 3 and ws[-1][1] - ws[-1][0] == timedelta(hours=12)
-    assert all(a[1] == b[0] for a, b in zip(ws, ws[1:]))
+    assert all(a[1] == b[0] for a, b in zip(ws, ws[1:], strict=False))
     with pytest.raises(ValueError):
         list(sacct.windows(t0, t0 + timedelta(days=1), timedelta(0)))
