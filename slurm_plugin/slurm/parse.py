@@ -480,8 +480,11 @@ def _acct_row(row: Mapping[str, str], path: str) -> AccountingJob | None:
     if job_id is None:
         raise v.FieldError(f"{path}.JobIDRaw", "job id is not set")
     array_job = array_task = None
-    if m.group(2) is not None and m.group(2).isdigit():
-        array_job, array_task = int(m.group(1)), int(m.group(2))
+    if m.group(2) is not None:
+        # "12_3" is task 3 of array 12; "12_[4-9]" is the array's still-pending remainder
+        # (no task id yet), as slurmdbd records it too.
+        array_job = int(m.group(1))
+        array_task = int(m.group(2)) if m.group(2).isdigit() else None
     req = parse_tres(row.get("ReqTRES", ""))
     alloc = parse_tres(row.get("AllocTRES", ""))
     state = row["State"].split()[0].upper() if row["State"].strip() else ""
