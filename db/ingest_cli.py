@@ -110,8 +110,13 @@ def run_ingest(
         cluster_id = store.cluster(cluster, spec)
         with click.progressbar(length=0, label=label, show_pos=True, show_percent=False,
                                file=click.get_text_stream("stderr")) as bar:
-            summary = store.ingest(cluster_id, source, _counting(items, bar),
-                                   window=window, watermark=watermark)
+            try:
+                summary = store.ingest(cluster_id, source, _counting(items, bar),
+                                       window=window, watermark=watermark)
+            except (ValueError, OSError) as exc:  # an unreadable source as a whole
+                raise click.ClickException(
+                    f"{source}: {exc} (rows stored before this point are kept)"
+                ) from None
     print_summary(cluster, source, summary)
     bad = sum(summary.quarantined.values())
     if strict and bad:
