@@ -220,15 +220,21 @@ def iso_utc(value: str, field: str) -> int | None:
     h, mi, se = int(s[11:13]), int(s[14:16]), int(s[17:19])
     if h > 23 or mi > 59 or se > 60:
         raise FieldError(field, f"not a Slurm timestamp: {value!r:.40}", KIND_TIME)
-    return _day_start(s[:10], field) + h * 3600 + mi * 60 + se
+    day = _day_start(s[:10])
+    if day is None:
+        raise FieldError(field, f"not a Slurm timestamp: {value!r:.40}", KIND_TIME)
+    return day + h * 3600 + mi * 60 + se
 
 
 @lru_cache(maxsize=4096)
-def _day_start(date: str, field: str) -> int:
-    """Epoch seconds of a ``YYYY-MM-DD`` day at 00:00 UTC (cached: dates repeat a lot)."""
+def _day_start(date: str) -> int | None:
+    """Epoch seconds of a ``YYYY-MM-DD`` day at 00:00 UTC, ``None`` if no such day.
+
+    Cached: the same days recur on many rows.
+    """
     y, mo, d = int(date[:4]), int(date[5:7]), int(date[8:10])
     if not (1 <= mo <= 12 and 1 <= d <= monthrange(y, mo)[1]):
-        raise FieldError(field, f"not a Slurm timestamp: {date!r}", KIND_TIME)
+        return None
     return timegm((y, mo, d, 0, 0, 0, 0, 0, 0))
 
 
