@@ -9,6 +9,7 @@ the summary; ``--strict`` makes any quarantined row an error (exit code 1).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -109,7 +110,7 @@ def run_ingest(
     with _store(url) as store:
         cluster_id = store.cluster(cluster, spec)
         with click.progressbar(length=0, label=label, show_pos=True, show_percent=False,
-                               file=click.get_text_stream("stderr")) as bar:
+                               file=sys.stderr) as bar:
             try:
                 summary = store.ingest(cluster_id, source, _counting(items, bar),
                                        window=window, watermark=watermark)
