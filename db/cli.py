@@ -9,15 +9,14 @@ one-line message saying what to do next, never a traceback.
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
 import click
 
+from slurm_plugin.output import emit_json, table
 from slurm_plugin.slurm.values import format_duration
 
 from .session import (
@@ -88,17 +87,6 @@ def _dur(seconds: int | float | None) -> str:
     return "-" + format_duration(-n) if n < 0 else format_duration(n)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def _emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
 
 
 def _size_buckets(hist: list[list[int]]) -> list[tuple[str, int]]:
@@ -184,12 +172,12 @@ def clusters(ctx: click.Context, as_json: bool) -> None:
                 "last_source": None if last is None else last.source,
             })
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     if not rows:
         click.echo("no clusters in the store yet")
         return
-    _table(
+    table(
         ["CLUSTER", "JOBS", "NODES", "GPUS", "RUNS", "LAST INGEST (UTC)", "SOURCE"],
         [[r["cluster"], r["jobs"], r["nodes"] if r["nodes"] is not None else "-",
           r["gpus"] if r["gpus"] is not None else "-", r["runs"], _when(r["last_ingest"]),
@@ -209,7 +197,7 @@ def stats(ctx: click.Context, cluster: str | None, top: int, as_json: bool) -> N
         cid, name = _cluster_id(store, cluster)
         st = store.stats(cid, top=top)
     if as_json:
-        _emit_json(st)
+        emit_json(st)
         return
     click.echo(f"cluster {name}: {st['jobs']} jobs, {st['users']} users,"
                f" {st['gpu_hours']:,.1f} GPU-hours")
@@ -225,7 +213,7 @@ def stats(ctx: click.Context, cluster: str | None, top: int, as_json: bool) -> N
         ("requested GPUs", st["req_gpus"], str),
         ("requested nodes", st["req_nodes"], str),
     ]
-    _table(
+    table(
         ["", "JOBS", "P50", "P90", "P99", "MEAN", "MAX"],
         [[label, d["count"], *(fmt(d[k]) if d[k] is not None else "-"
                                for k in ("p50", "p90", "p99", "mean", "max"))]
@@ -237,14 +225,14 @@ def stats(ctx: click.Context, cluster: str | None, top: int, as_json: bool) -> N
     gpus = dict(_size_buckets(st["req_gpus"]["hist"]))
     nodes = dict(_size_buckets(st["req_nodes"]["hist"]))
     sizes = sorted(set(gpus) | set(nodes), key=lambda k: int(k.split("-")[0]))
-    _table(["SIZE", "JOBS BY GPUS", "JOBS BY NODES"],
+    table(["SIZE", "JOBS BY GPUS", "JOBS BY NODES"],
            [[k, gpus.get(k, 0), nodes.get(k, 0)] for k in sizes])
     click.echo()
-    _table(["TOP USERS", "JOBS", "GPU-HOURS"],
+    table(["TOP USERS", "JOBS", "GPU-HOURS"],
            [[u["user"], u["jobs"], f"{u['gpu_hours']:,.1f}"] for u in st["top_users"]])
     if st["top_users_by_gpu_hours"]:
         click.echo()
-        _table(["TOP BY GPU-HOURS", "JOBS", "GPU-HOURS"],
+        table(["TOP BY GPU-HOURS", "JOBS", "GPU-HOURS"],
                [[u["user"], u["jobs"], f"{u['gpu_hours']:,.1f}"]
                 for u in st["top_users_by_gpu_hours"]])
 
@@ -259,9 +247,9 @@ def runs(ctx: click.Context, cluster: str | None, as_json: bool) -> None:
         cid, _ = _cluster_id(store, cluster)
         items = store.runs(cid)
     if as_json:
-        _emit_json([dataclasses.asdict(r) for r in items])
+        emit_json([dataclasses.asdict(r) for r in items])
         return
-    _table(
+    table(
         ["RUN", "STARTED (UTC)", "SOURCE", "READ", "INSERTED", "UPDATED", "UNCHANGED",
          "QUARANTINED", "WATERMARK (UTC)", "STATUS"],
         [[r.id, _when(r.started_at), r.source, r.read, r.inserted, r.updated, r.unchanged,
@@ -285,7 +273,7 @@ def quarantine(
         cid, _ = _cluster_id(store, cluster)
         items = store.quarantined(cid, run_id, limit=limit)
     if as_json:
-        _emit_json([dataclasses.asdict(q) for q in items])
+        emit_json([dataclasses.asdict(q) for q in items])
         return
     for q in items:
         where = f"{q.source}" + (f":{q.line}" if q.line is not None else "")

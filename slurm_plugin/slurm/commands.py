@@ -7,14 +7,12 @@ cluster: every one is read-only.
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
-from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
 
+from ..output import emit_json, table
 from .client import DEFAULT_TIMEOUT, SlurmClient, make_client
 from .hostlist import compress
 from .types import PENDING, RUNNING
@@ -26,24 +24,6 @@ def _client(ctx: click.Context) -> SlurmClient:
     return obj
 
 
-def _emit_json(items: Any) -> None:
-    def default(o: Any) -> Any:
-        if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            return dataclasses.asdict(o)
-        if isinstance(o, tuple):
-            return list(o)
-        raise TypeError(type(o).__name__)
-
-    json.dump(items, sys.stdout, default=default, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _limit(seconds: int | None) -> str:
@@ -87,7 +67,7 @@ def jobs(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
     """List pending and running jobs as rlsched sees them."""
     result = _client(ctx).jobs(tuple(s.upper() for s in states) or (PENDING, RUNNING))
     if as_json:
-        _emit_json(result)
+        emit_json(result)
         return
     rows = [
         (j.job_id, j.state, j.user, j.partition, j.num_nodes, j.num_cpus, j.num_gpus,
@@ -95,7 +75,7 @@ def jobs(ctx: click.Context, states: tuple[str, ...], as_json: bool) -> None:
          compress(j.nodes) or compress(j.required_nodes) or "-", j.name[:24])
         for j in result
     ]
-    _table(["JOBID", "STATE", "USER", "PARTITION", "NODES", "CPUS", "GPUS", "TIME_LIMIT",
+    table(["JOBID", "STATE", "USER", "PARTITION", "NODES", "CPUS", "GPUS", "TIME_LIMIT",
             "PRIORITY", "SITE", "NODELIST/REQ", "NAME"], rows)
 
 
@@ -106,7 +86,7 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
     """List nodes with their CPU/GPU allocation and features."""
     result = _client(ctx).nodes()
     if as_json:
-        _emit_json(result)
+        emit_json(result)
         return
     rows = [
         (n.name, "+".join((n.state, *n.state_flags)), f"{n.alloc_cpus}/{n.cpus}",
@@ -114,7 +94,7 @@ def nodes(ctx: click.Context, as_json: bool) -> None:
          ",".join(n.features) or "-", ",".join(n.partitions))
         for n in result
     ]
-    _table(["NODE", "STATE", "CPUS", "GPUS", "MEM_MB", "FEATURES", "PARTITIONS"], rows)
+    table(["NODE", "STATE", "CPUS", "GPUS", "MEM_MB", "FEATURES", "PARTITIONS"], rows)
 
 
 @slurm.command()
@@ -124,7 +104,7 @@ def topology(ctx: click.Context, as_json: bool) -> None:
     """Show the switch tree (topology/tree)."""
     tree = _client(ctx).topology()
     if as_json:
-        _emit_json(list(tree.switches.values()))
+        emit_json(list(tree.switches.values()))
         return
     if not tree.switches:
         click.echo("no switch tree: this cluster does not use topology/tree")
@@ -133,7 +113,7 @@ def topology(ctx: click.Context, as_json: bool) -> None:
         (s.name, s.level, compress(s.switches) or "-", len(s.nodes), compress(s.nodes))
         for s in sorted(tree.switches.values(), key=lambda s: (-s.level, s.name))
     ]
-    _table(["SWITCH", "LEVEL", "CHILDREN", "NODES", "NODELIST"], rows)
+    table(["SWITCH", "LEVEL", "CHILDREN", "NODES", "NODELIST"], rows)
 
 
 @slurm.command()
@@ -143,7 +123,7 @@ def config(ctx: click.Context, as_json: bool) -> None:
     """Show the scheduling configuration (priority weights, SchedulerParameters)."""
     cfg = _client(ctx).config()
     if as_json:
-        _emit_json({k: v for k, v in dataclasses.asdict(cfg).items() if k != "raw"})
+        emit_json({k: v for k, v in dataclasses.asdict(cfg).items() if k != "raw"})
         return
     click.echo(f"cluster {cfg.cluster_name}  Slurm {cfg.slurm_version}")
     click.echo(f"priority {cfg.priority_type}  max age {format_duration(cfg.priority_max_age)}"
@@ -194,7 +174,7 @@ def sacct(ctx: click.Context, start: str, end: str, fmt: str, as_json: bool) -> 
         kwargs["use_json"] = fmt == "json"
     result = client.accounting(t0, t1, **kwargs)
     if as_json:
-        _emit_json(result)
+        emit_json(result)
         return
 
     def ts(t: int | None) -> str:
@@ -208,7 +188,7 @@ def sacct(ctx: click.Context, start: str, end: str, fmt: str, as_json: bool) -> 
          j.node_list or "-", j.name[:24])
         for j in result
     ]
-    _table(["JOBID", "STATE", "USER", "SUBMIT", "START", "END", "NODES", "GPUS", "NODELIST",
+    table(["JOBID", "STATE", "USER", "SUBMIT", "START", "END", "NODES", "GPUS", "NODELIST",
             "NAME"], rows)
 
 
