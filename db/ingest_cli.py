@@ -72,12 +72,13 @@ def parse_span(value: str) -> timedelta:
 
 @contextmanager
 def _store(url: str | None) -> Iterator[Any]:
+    from .session import StoreError
     from .store import Store
 
     try:
         store = Store.open(url)
-    except Exception as exc:  # a one-line message with the way out, never a traceback
-        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+    except StoreError as exc:  # says what to run (rlsched db init...), never a traceback
+        raise click.ClickException(str(exc)) from None
     try:
         yield store
     finally:
