@@ -1,0 +1,1 @@
+"""trainer/sim: the event-driven cluster replay; no torch, no gymnasium."""
