@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from . import values as v
 from .errors import SlurmError
 from .hostlist import HostlistError, expand
-from .tres import TresError, gpu_count, parse_gres_count, parse_tres
+from .tres import TresError, format_tres, gpu_count, parse_gres_count, parse_tres
 from .types import (
     AccountingJob,
     SchedulerConfig,
@@ -682,3 +683,47 @@ def parse_squeue_switches(
             raise SlurmError(command, exc.message, field=exc.field) from None
         out[int(parts[0])] = (count, wait) if count else (None, None)
     return out
+
+
+# ============================================================== writing sacct -P
+def _tres_text(counts: TresCounts) -> str:
+    tres = {k: n for k, n in (("cpu", counts.cpus), ("mem", counts.mem_mb),
+                              ("node", counts.nodes), ("gres/gpu", counts.gpus))
+            if n is not None and (n or k != "gres/gpu")}
+    return format_tres(tres)
+
+
+def _iso(t: int | None, missing: str = "Unknown") -> str:
+    if t is None:
+        return missing
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def format_sacct_row(job: AccountingJob) -> str:
+    """One ``sacct -P`` line in :data:`SACCT_FIELDS` order, as Slurm prints it (UTC).
+
+    For writing accounting dumps (the demo's synthetic history) that
+    :class:`SacctParsableReader` reads back to an equal record. A pending array's
+    remainder (array id, no task id) is written ``N_[]``.
+    """
+    if job.array_job_id is None:
+        shown = str(job.job_id)
+    elif job.array_task_id is None:
+        shown = f"{job.array_job_id}_[]"
+    else:
+        shown = f"{job.array_job_id}_{job.array_task_id}"
+    exit_code = "" if job.exit_code is None else f"{job.exit_code}:{job.signal or 0}"
+    fields = (
+        str(job.job_id), shown, job.cluster, job.user, job.account, job.partition, job.qos,
+        job.state, _iso(job.submit_time), _iso(job.eligible_time), _iso(job.start_time),
+        _iso(job.end_time), "UNLIMITED" if job.time_limit is None
+        else v.format_duration(job.time_limit), _tres_text(job.req), _tres_text(job.alloc),
+        job.node_list or "None assigned", "" if job.priority is None else str(job.priority),
+        exit_code, job.name.replace("\n", " ").replace("\r", " "),
+    )
+    return "|".join(fields)
+
+
+def sacct_header() -> str:
+    """The header line of a ``sacct -P`` dump written with :func:`format_sacct_row`."""
+    return "|".join(SACCT_FIELDS)

@@ -107,3 +107,16 @@ def test_topology_config_sprio():
     sites = parse.parse_sprio_site(two)
     assert sites[16] == 500 and sites[17] == 0
     assert parse.parse_sprio_site("Unable to find jobs matching user/id(s) specified\n") == {}
+
+
+def test_sacct_rows_written_read_back_equal():
+    for rec in parse.parse_sacct_parsable(read("sacct-X-P.txt")):
+        back = parse.parse_sacct_parsable(parse.sacct_header() + "\n"
+                                          + parse.format_sacct_row(rec))
+        assert back == [rec]
+    for rec in parse.parse_sacct_json(read("sacct.json")):
+        (back,) = parse.parse_sacct_parsable(parse.sacct_header() + "\n"
+                                             + parse.format_sacct_row(rec))
+        assert back.req == rec.req and back.alloc == rec.alloc, rec.job_id
+        assert (back.submit_time, back.start_time, back.end_time, back.nodes, back.name) == (
+            rec.submit_time, rec.start_time, rec.end_time, rec.nodes, rec.name)

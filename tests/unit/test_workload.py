@@ -14,7 +14,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from db.records import JobRecord, check
+from db.records import check
 from slurm_plugin.slurm import parse
 from trainer.sim.workload import (
     DEFAULT_START_EPOCH,
@@ -321,44 +321,13 @@ def test_to_record_rejects_impossible_schedules():
         timeout.to_record(timeout.submit_time, names, run_time=timeout.time_limit - 1)
 
 
-def _stamp(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def _limit(seconds: int) -> str:
-    days, rest = divmod(seconds, 86400)
-    hms = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{hms}" if days else hms
-
-
-def _sacct_row(rec: JobRecord) -> str:
-    """``sacct -P`` text for a record, as Slurm prints it (a test-local writer)."""
-    def tres(t):
-        items = [f"billing={t.cpus}", f"cpu={t.cpus}", f"mem={t.mem_mb}M", f"node={t.nodes}"]
-        if t.gpus:
-            items.append(f"gres/gpu={t.gpus}")
-        return ",".join(items)
-    exit_code = f"{rec.exit_code}:{rec.signal or 0}"
-    row = {
-        "JobIDRaw": str(rec.job_id), "JobID": str(rec.job_id), "Cluster": rec.cluster,
-        "User": rec.user, "Account": rec.account, "Partition": rec.partition,
-        "QOS": rec.qos, "State": rec.state + (" by 1000" if rec.state == "CANCELLED" else ""),
-        "Submit": _stamp(rec.submit_time), "Eligible": _stamp(rec.eligible_time or 0),
-        "Start": _stamp(rec.start_time or 0), "End": _stamp(rec.end_time or 0),
-        "Timelimit": _limit(rec.time_limit or 0), "ReqTRES": tres(rec.req),
-        "AllocTRES": tres(rec.alloc), "NodeList": rec.node_list, "Priority": "",
-        "ExitCode": exit_code, "JobName": rec.name,
-    }
-    return "|".join(row[f] for f in parse.SACCT_FIELDS)
-
-
 @pytest.mark.parametrize("kind", ["gpu", "hpc"])
 def test_records_survive_the_sacct_parser(kind):
     cfg = WorkloadConfig(kind=kind, num_jobs=500, seed=6)
     names = [n.name for n in default_cluster(cfg).nodes]
     recs = [j.to_record(j.submit_time + 60, names[-j.req_nodes:], cluster="synth")
             for j in generate(cfg)]
-    text = "\n".join(["|".join(parse.SACCT_FIELDS)] + [_sacct_row(r) for r in recs])
+    text = "\n".join([parse.sacct_header()] + [parse.format_sacct_row(r) for r in recs])
     assert parse.parse_sacct_parsable(text) == recs
 
 
