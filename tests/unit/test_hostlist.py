@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -143,23 +142,16 @@ def test_compress_errors(name: str, bad: str) -> None:
     assert bad in str(info.value)
 
 
-def test_speed() -> None:
-    start = time.perf_counter()
+# Speed is measured in benchmarks, not asserted here: these check large inputs are right.
+def test_large_range() -> None:
     names = expand("node[00001-10000]")
-    text = compress(names)
-    elapsed = time.perf_counter() - start
-    assert text == "node[00001-10000]"
+    assert compress(names) == "node[00001-10000]"
     assert len(names) == 10000
-    assert elapsed < 0.05
 
 
-def test_speed_scattered() -> None:
+def test_large_scattered() -> None:
     names = [f"n{i:05d}" for i in range(0, 20000, 2)]
-    start = time.perf_counter()
-    text = compress(reversed(names))
-    back = expand(text)
-    assert time.perf_counter() - start < 0.05
-    assert back == names
+    assert expand(compress(reversed(names))) == names
 
 
 # --- properties ---------------------------------------------------------------------------

