@@ -47,6 +47,14 @@ COMMANDS: dict[str, CommandEntry] = {
         "db.ingest_cli:ingest",
         "Load job history into the store: sacct, the slurmdbd database, SWF/Philly traces.",
     ),
+    "simulate": CommandEntry(
+        "trainer.cli:simulate",
+        "Replay a trace or the store's history under one policy and print its metrics.",
+    ),
+    "compare": CommandEntry(
+        "trainer.cli:compare",
+        "Replay the same jobs under every baseline (Slurm, FIFO, SJF...) side by side.",
+    ),
 }
 
 #: Packages an extra provides, to tell a missing extra from a bug.

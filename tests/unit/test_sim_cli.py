@@ -1,0 +1,101 @@
+"""``rlsched simulate`` / ``rlsched compare`` smoke tests on a real trace (CliRunner)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_plugin import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
+LUBLIN = TRACES / "lublin_256.swf"
+GOLDEN_CONFIG = ROOT / "tests" / "golden" / "22.05" / "scontrol-show-config.txt"
+
+needs_trace = pytest.mark.skipif(
+    not LUBLIN.is_file(),
+    reason=f"{LUBLIN} not found (the shared traces folder is absent; set $RLSCHED_TRACES)",
+)
+
+
+def _run(*args: str):
+    result = CliRunner().invoke(cli.main, list(args))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+def test_commands_are_registered_without_an_extra():
+    for name in ("simulate", "compare"):
+        assert name in cli.COMMANDS
+        assert cli.COMMANDS[name].extra is None
+
+
+@needs_trace
+def test_simulate_prints_table_and_writes_outputs(tmp_path):
+    out = tmp_path / "out"
+    res = _run("simulate", "--trace", str(LUBLIN), "--limit", "2000", "--policy", "fifo",
+               "--out", str(out))
+    assert "bsld" in res.output and "fifo" in res.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["jobs"] == 2000 and m["policy"] == "fifo"
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["command"]["limit"] == 2000
+    assert cfg["scheduler"]["bf_interval"] == 30  # Slurm's default without --config
+    assert cfg["cluster"]["nodes"] == 256
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "pip install 'rlsched[train]'" in res.output  # stderr is mixed in
+    else:
+        assert (out / "wait_cdf.png").is_file()
+
+
+@needs_trace
+def test_simulate_json_with_slurm_config(tmp_path):
+    res = _run("simulate", "--trace", str(LUBLIN), "--limit", "500", "--config",
+               str(GOLDEN_CONFIG), "--json", "--bf-interval", "0")
+    m = json.loads(res.stdout)
+    assert m["policy"] == "slurm" and m["jobs"] == 500
+    assert m["sim"]["recalcs"] > 0  # PriorityWeightAge is set: priorities are recalculated
+
+
+@needs_trace
+def test_compare_runs_every_baseline(tmp_path):
+    out = tmp_path / "cmp"
+    res = _run("compare", "--trace", str(LUBLIN), "--limit", "2000", "--out", str(out))
+    for name in ("slurm", "fifo", "fifo-nobf", "sjf", "sjf-nobf"):
+        assert name in res.output
+    data = json.loads((out / "compare.json").read_text())
+    assert [m["policy"] for m in data] == ["slurm", "fifo", "fifo-nobf", "sjf", "sjf-nobf"]
+    by = {m["policy"]: m for m in data}
+    # backfill helps FIFO on this trace
+    assert by["fifo"]["wait_s"]["mean"] < by["fifo-nobf"]["wait_s"]["mean"]
+
+
+def test_input_is_required():
+    result = CliRunner().invoke(cli.main, ["simulate"])
+    assert result.exit_code != 0
+    assert "--trace FILE or --db URL --cluster NAME" in result.output
+
+
+def test_unknown_store_cluster_is_a_clean_error(tmp_path):
+    from db.session import init_db
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    init_db(url)
+    result = CliRunner().invoke(cli.main, ["simulate", "--db", url, "--cluster", "nope"])
+    assert result.exit_code != 0
+    assert "no cluster named 'nope'" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_help_on_every_option():
+    for name in ("simulate", "compare"):
+        cmd = cli.load_command(name, cli.COMMANDS[name])
+        assert (cmd.help or "").strip()
+        for p in cmd.params:
+            assert (getattr(p, "help", None) or "").strip(), (name, p.name)

@@ -1,0 +1,355 @@
+"""Hand-built replays with known schedules: FIFO, EASY backfill, priority, placement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from db.records import JobRecord, TresCounts
+from slurm_plugin.cluster import ClusterSpec
+from trainer.sim import metrics
+from trainer.sim.engine import EngineOptions, Simulator, simulate
+from trainer.sim.policies import BASELINES, POLICIES, make_policy
+from trainer.sim.slurm import PrioritySettings, SchedulerOptions
+from trainer.sim.state import Cluster, build_jobs
+
+T0 = 1_699_999_980  # a multiple of 60 (bf_resolution)
+EXACT = SchedulerOptions(bf_interval=0, bf_resolution=1)  # backfill at every event, 1 s plan
+
+
+def job(jid: int, submit: int, run: int, nodes: int | None = 1, *, limit: int | None = None,
+        user: str = "u1", gpus: int | None = None, cpus: int | None = None,
+        partition: str = "", started: bool = True) -> JobRecord:
+    t = T0 + submit
+    tres = TresCounts(nodes, cpus, gpus, None)
+    return JobRecord(
+        job_id=jid, name="", user=user, account="", partition=partition, qos="",
+        state="COMPLETED", submit_time=t, eligible_time=t,
+        start_time=t if started else None, end_time=t + run if started else None,
+        time_limit=limit if limit is not None else run, req=tres, alloc=tres, node_list="",
+        nodes=(), priority=None, exit_code=0,
+    )
+
+
+def spec(nodes: int, *, per_leaf: int = 4, gpus: int = 0, cpus: int = 64) -> ClusterSpec:
+    return ClusterSpec.synthetic("c", nodes, nodes_per_leaf=per_leaf, gpus_per_node=gpus,
+                                 cpus_per_node=cpus, mem_mb_per_node=0)
+
+
+def run(sp: ClusterSpec, recs: list[JobRecord], policy: str = "fifo", *, backfill: bool = True,
+        options: SchedulerOptions = EXACT, settings: PrioritySettings | None = None,
+        site: dict[int, float] | None = None):
+    cl = Cluster.from_spec(sp)
+    jobs = build_jobs(recs, cl)
+    for jid, value in (site or {}).items():
+        jobs.site_factor[jobs.job_id == jid] = value
+    opts = SchedulerOptions(**{**options.to_dict(), "backfill": backfill})
+    return Simulator(jobs, cl, make_policy(policy, settings), opts,
+                     EngineOptions(keep_placements=True)).run()
+
+
+def starts(result) -> dict[int, int]:
+    return {int(j): int(s) - T0 for j, s in zip(result.jobs.job_id, result.start, strict=True)}
+
+
+# ---------------------------------------------------------------------------- FIFO / EASY
+def test_fifo_without_backfill_blocks_behind_the_head():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
+    r = run(spec(4), recs, backfill=False)
+    assert starts(r) == {1: 0, 2: 100, 3: 110}
+    assert not r.backfilled.any()
+
+
+def test_easy_backfill_fills_the_hole_without_delaying_the_reservation():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 3, 97, 1)]
+    r = run(spec(4), recs)
+    # job 2 is reserved at 100 (when job 1 ends); 3 and 4 end by then: backfilled
+    assert starts(r) == {1: 0, 2: 100, 3: 2, 4: 3}
+    assert r.backfilled.tolist() == [False, False, True, True]
+
+
+def test_backfill_candidate_that_would_delay_the_reservation_is_refused():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 200, 1)]
+    r = run(spec(4), recs)
+    assert starts(r) == {1: 0, 2: 100, 3: 110}
+
+
+def test_long_candidate_may_use_nodes_the_reserved_job_does_not_need():
+    # 7 nodes: job 2 needs 5 at t=100 when 7 will be free, so 2 may be lent past 100
+    recs = [job(1, 0, 100, 4), job(2, 1, 10, 5), job(3, 2, 500, 2), job(4, 3, 500, 1)]
+    r = run(spec(7), recs)
+    s = starts(r)
+    assert s[3] == 2  # uses the 2 nodes job 2 will not need: it does not delay it
+    assert s[2] == 100
+    assert s[4] == 110  # no extra node left: would have delayed job 2
+
+
+def test_backfill_uses_time_limit_not_run_time():
+    # job 3 would end in time (run 5) but its limit (50) reaches past the shadow time
+    recs = [job(1, 0, 20, 2), job(2, 1, 10, 4), job(3, 2, 5, 2, limit=50)]
+    r = run(spec(4), recs)
+    assert starts(r) == {1: 0, 2: 20, 3: 30}
+
+
+def test_bf_resolution_rounds_the_candidate_end_up():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 90, 1)]
+    assert starts(run(spec(4), recs))[3] == 2  # ends at 92 <= 100
+    coarse = SchedulerOptions(bf_interval=0, bf_resolution=60)
+    assert starts(run(spec(4), recs, options=coarse))[3] == 110  # 92 -> 120 > 100
+
+
+def test_bf_interval_delays_backfill_to_the_next_pass():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 40, 10, 1)]
+    r = run(spec(4), recs, options=SchedulerOptions(bf_interval=30, bf_resolution=1))
+    s = starts(r)
+    assert s[1] == 0 and s[2] == 100
+    assert s[3] == 31  # the first pass ran at t=1 (job 2 queued): the next one at 31
+    assert s[4] == 61
+
+
+def test_never_started_and_oversized_jobs_are_skipped_and_counted():
+    recs = [job(1, 0, 10, 1), job(2, 1, 10, 1, started=False), job(3, 2, 10, 9)]
+    r = run(spec(4), recs)
+    assert r.jobs.n == 1
+    assert dict(r.jobs.skipped) == {"never started": 1, "exceeds cluster": 1}
+
+
+# ---------------------------------------------------------------------------- priority
+def test_sjf_orders_by_time_limit():
+    recs = [job(1, 0, 100, 4), job(2, 1, 50, 4), job(3, 2, 10, 4)]
+    assert starts(run(spec(4), recs, "sjf", backfill=False)) == {1: 0, 2: 110, 3: 100}
+
+
+def test_multifactor_age_and_site_factor():
+    age = PrioritySettings(weight_age=1000, max_age=1000)
+    recs = [job(1, 0, 100, 4), job(2, 10, 10, 4), job(3, 50, 10, 4)]
+    # age alone: the older job 2 goes first
+    assert starts(run(spec(4), recs, "multifactor", settings=age)) == {1: 0, 2: 100, 3: 110}
+    # a site factor worth more than 40 s of age puts job 3 first
+    r = run(spec(4), recs, "multifactor", settings=age, site={3: 100})
+    assert starts(r) == {1: 0, 2: 110, 3: 100}
+
+
+def test_multifactor_max_age_caps_the_age_factor():
+    age = PrioritySettings(weight_age=1000, max_age=20)
+    recs = [job(1, 0, 100, 4), job(2, 10, 10, 4), job(3, 50, 10, 4)]
+    # by t=100 both have waited longer than PriorityMaxAge: equal priority, arrival order
+    r = run(spec(4), recs, "multifactor", settings=age, site={3: 0})
+    assert starts(r) == {1: 0, 2: 100, 3: 110}
+    # so a site factor of 1 is enough to reorder them
+    r = run(spec(4), recs, "multifactor", settings=age, site={3: 1})
+    assert starts(r) == {1: 0, 2: 110, 3: 100}
+
+
+def test_fair_share_favours_the_user_who_used_less():
+    fs = PrioritySettings(weight_fairshare=1000, decay_half_life=0)
+    recs = [
+        job(1, 0, 100, 4, user="heavy"),
+        job(2, 10, 10, 4, user="heavy"),  # submitted before job 3 ...
+        job(3, 20, 10, 4, user="light"),  # ... but light has used nothing
+    ]
+    ecfg = SchedulerOptions(bf_interval=0, bf_resolution=1, priority_calc_period=1)
+    r = run(spec(4), recs, "multifactor", settings=fs, options=ecfg)
+    assert starts(r) == {1: 0, 2: 110, 3: 100}
+    # without fair-share weight: arrival order
+    r = run(spec(4), recs, "multifactor", settings=PrioritySettings(), options=ecfg)
+    assert starts(r) == {1: 0, 2: 100, 3: 110}
+
+
+# ---------------------------------------------------------------------------- placement
+def test_leaf_best_fit_keeps_a_four_node_job_in_one_leaf():
+    recs = [job(1, 0, 100, 1), job(2, 1, 100, 4), job(3, 2, 100, 1)]
+    r = run(spec(8), recs)
+    assert r.nodes_of(1) == ("node01",)
+    assert r.nodes_of(2) == ("node05", "node06", "node07", "node08")  # the empty leaf
+    assert r.nodes_of(3) == ("node02",)  # packed with job 1, not into a third leaf
+    assert r.leaves.tolist() == [1, 1, 1]
+    m = metrics.compute(r)
+    assert m["single_leaf_share"] == 1.0
+
+
+def test_leaf_best_fit_uses_fewest_leaves_when_one_is_not_enough():
+    recs = [job(1, 0, 100, 1), job(2, 0, 100, 1), job(3, 0, 100, 1), job(4, 1, 100, 6)]
+    # leaves: (3 used, 1 free) (4 free) (4 free) after jobs 1-3 in leaf 1 (best fit)
+    r = run(spec(12), recs)
+    nodes4 = r.nodes_of(4)
+    assert r.leaves[3] == 2
+    assert nodes4 == ("node05", "node06", "node07", "node08", "node09", "node10")
+
+
+def test_linear_placement_ignores_leaves():
+    recs = [job(1, 0, 100, 1), job(2, 1, 100, 4)]
+    cl = Cluster.from_spec(spec(8))
+    jobs = build_jobs(recs, cl)
+    r = Simulator(jobs, cl, make_policy("fifo", placement="linear"), EXACT,
+                  EngineOptions(keep_placements=True)).run()
+    assert r.nodes_of(2) == ("node02", "node03", "node04", "node05")
+    assert r.leaves[1] == 2
+
+
+def test_shared_node_gpu_packing():
+    recs = [job(1, 0, 100, None, gpus=1), job(2, 1, 100, None, gpus=2),
+            job(3, 2, 100, None, gpus=4), job(4, 3, 100, None, gpus=2),
+            job(5, 4, 100, None, gpus=1), job(6, 5, 100, None, gpus=16)]
+    r = run(spec(4, per_leaf=2, gpus=8), recs)
+    s = starts(r)
+    assert r.nodes_of(1) == r.nodes_of(2) == r.nodes_of(3) == ("node01",)  # 7 of 8 GPUs
+    assert r.nodes_of(4) == ("node02",)  # 1 GPU left on node01: not enough
+    assert r.nodes_of(5) == ("node01",)  # best fit: the node with the fewest free GPUs
+    assert r.nodes_of(6) == ("node03", "node04")  # two whole nodes, one leaf
+    assert all(v == k - 1 for k, v in s.items())
+
+
+def test_shared_node_reservation_and_backfill():
+    # node01 has 8 GPUs; job 1 holds 6 until 100; job 2 wants all 8 (waits for job 1);
+    # job 3 (2 GPUs, long) would delay job 2: refused; job 4 (2 GPUs, ends by 100) may
+    # use them now
+    recs = [job(1, 0, 100, None, gpus=6), job(2, 1, 10, None, gpus=8),
+            job(3, 2, 500, None, gpus=2), job(4, 3, 50, None, gpus=2)]
+    r = run(spec(1, per_leaf=1, gpus=8), recs)
+    s = starts(r)
+    assert s == {1: 0, 2: 100, 3: 110, 4: 3}
+    # job 2 wanting 4 leaves 4 spare at t=100: the long job 3 may take 2 of them
+    recs[1] = job(2, 1, 10, None, gpus=4)
+    s = starts(run(spec(1, per_leaf=1, gpus=8), recs))
+    assert s == {1: 0, 2: 100, 3: 2, 4: 100}
+
+
+def test_switches_wait_then_any_placement():
+    recs = [job(1, 0, 1000, 1), job(2, 0, 1000, 1), job(3, 1, 10, 6)]
+    cl = Cluster.from_spec(spec(8))
+    jobs = build_jobs(recs, cl)
+    jobs.switches[2] = 1
+    jobs.switches_wait[2] = 60
+    r = Simulator(jobs, cl, make_policy("fifo"), EXACT, EngineOptions(keep_placements=True)).run()
+    # 6 nodes fit only across two leaves: the job waits 60 s for one leaf, then goes
+    assert int(r.start[2]) - T0 == 61
+    assert r.leaves[2] == 2
+
+
+# ---------------------------------------------------------------------------- invariants
+def _random_records(n: int, seed: int, gpus: bool) -> list[JobRecord]:
+    rng = np.random.default_rng(seed)
+    out = []
+    t = 0
+    for i in range(n):
+        t += int(rng.integers(0, 40))
+        runt = int(rng.integers(1, 400))
+        limit = runt + int(rng.integers(0, 200))
+        if gpus:
+            g = int(rng.choice([1, 1, 2, 4, 8, 16]))
+            out.append(job(i + 1, t, runt, None, gpus=g, limit=limit,
+                           user=f"u{rng.integers(0, 5)}"))
+        else:
+            out.append(job(i + 1, t, runt, int(rng.choice([1, 1, 2, 3, 4, 8])), limit=limit,
+                           user=f"u{rng.integers(0, 5)}"))
+    return out
+
+
+def _check_capacity(result, per_node: int) -> None:
+    """No node is ever given more than it has (sweep over start/end events)."""
+    cl = result.cluster
+    jobs = result.jobs
+    events = []
+    for j in range(jobs.n):
+        names = result.placements[j]
+        amount = per_node if jobs.exclusive[j] else int(jobs.gpus[j] or jobs.cpus[j])
+        events.append((int(result.end[j]), 0, names, -amount))
+        events.append((int(result.start[j]), 1, names, amount))
+        assert result.start[j] >= jobs.eligible[j]
+        assert len(names) == jobs.nodes[j]
+    used = dict.fromkeys(cl.node_names, 0)
+    for _, _, names, amount in sorted(events, key=lambda e: (e[0], e[1])):
+        for name in names:
+            used[name] += amount
+            assert 0 <= used[name] <= per_node, (name, used[name])
+
+
+@pytest.mark.parametrize("gpus", [False, True])
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_random_workload_respects_capacity(name, gpus):
+    recs = _random_records(300, 7, gpus)
+    sp = spec(12, gpus=8 if gpus else 0)
+    b = BASELINES[name]
+    settings = PrioritySettings(weight_age=100, weight_fairshare=1000, max_age=3600)
+    r = run(sp, recs, b.policy, backfill=b.backfill is not False, settings=settings)
+    assert (r.start >= 0).all()
+    _check_capacity(r, 8 if gpus else 1)
+
+
+def test_same_trace_and_seed_replay_identically():
+    recs = _random_records(400, 3, True)
+    sp = spec(12, gpus=8)
+    settings = PrioritySettings(weight_age=100, weight_fairshare=1000, max_age=3600)
+
+    def once():
+        r = simulate(sp, recs, make_policy("multifactor", settings), EXACT,
+                     EngineOptions(seed=5))
+        m = metrics.compute(r)
+        m["sim"].pop("wall_s")
+        return m, r.start.copy()
+
+    (m1, s1), (m2, s2) = once(), once()
+    assert m1 == m2
+    assert np.array_equal(s1, s2)
+
+
+def test_registries_are_dicts_by_name():
+    assert set(POLICIES) >= {"fifo", "sjf", "multifactor"}
+    assert set(BASELINES) == {"slurm", "fifo", "fifo-nobf", "sjf", "sjf-nobf"}
+    for b in BASELINES.values():
+        assert b.policy in POLICIES
+    with pytest.raises(KeyError):
+        make_policy("nope")
+
+
+class _Recording(Simulator):
+    """Notes the first shadow time computed for each job."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.first_shadow: dict[int, int] = {}
+
+    def _reserve(self, j, t):
+        r = super()._reserve(j, t)
+        if r is not None:
+            self.first_shadow.setdefault(j, r.shadow)
+        return r
+
+
+@pytest.mark.parametrize("gpus", [False, True])
+@pytest.mark.parametrize("interval", [0, 30])
+def test_easy_never_delays_a_reservation(gpus, interval):
+    # FIFO, limits >= run times: a reserved job starts no later than its first shadow time
+    recs = _random_records(400, 11, gpus)
+    cl = Cluster.from_spec(spec(4, per_leaf=2, gpus=8) if gpus else spec(12))
+    jobs = build_jobs(recs, cl)
+    sim = _Recording(jobs, cl, make_policy("fifo"),
+                     SchedulerOptions(bf_interval=interval, bf_resolution=1))
+    r = sim.run()
+    assert len(sim.first_shadow) > 20
+    assert r.backfilled.sum() > 20
+    for j, shadow in sim.first_shadow.items():
+        assert r.start[j] <= shadow, (int(jobs.job_id[j]), int(r.start[j]), shadow)
+
+
+@pytest.mark.parametrize("gpus", [False, True])
+@pytest.mark.parametrize("name", ["fifo", "sjf", "slurm", "fifo-nobf"])
+def test_overlapping_partitions(name, gpus):
+    import dataclasses
+
+    sp = spec(12, gpus=8 if gpus else 0)
+    names = [n.name for n in sp.nodes]
+    sp = dataclasses.replace(sp, partitions={"a": tuple(names[:8]), "b": tuple(names[4:])})
+    recs = [dataclasses.replace(r, partition="ab"[i % 2]) for i, r in
+            enumerate(_random_records(300, 5, gpus))]
+    recs = [r for r in recs if (r.req.nodes or 1) <= 8]
+    b = BASELINES[name]
+    r = run(sp, recs, b.policy, backfill=b.backfill is not False,
+            settings=PrioritySettings(weight_age=100, max_age=600))
+    assert r.jobs.n == len(recs)
+    _check_capacity(r, 8 if gpus else 1)
+    allowed = {"a": set(names[:8]), "b": set(names[4:])}
+    for j in range(r.jobs.n):
+        p = r.cluster.part_names[int(r.jobs.part[j])]
+        assert set(r.placements[j]) <= allowed[p]

@@ -1,0 +1,327 @@
+"""Metrics of a replay: per job, per run, over time; as JSON and as a table.
+
+Per job (times from the job's eligible time, which is the submit time for traces):
+
+- ``wait`` = start - eligible; ``run`` = end - start; ``jct`` = wait + run;
+- bounded slowdown ``bsld = max(1, (wait + run) / max(run, tau))``, ``tau`` = 10 s;
+- execution effectiveness (SCHED², eq. 2) ``E = T_ideal / (T_wait + T_actual)``: with the
+  ``none`` speed model the ideal and actual run times are both the recorded run time, so
+  ``E = run / (wait + run)`` (1 for a zero-length job that did not wait, 0 if it did).
+
+Per run: mean/median/p95/p99/max of wait, run, JCT and bsld; makespan (last end - first
+arrival); node, CPU and GPU utilisation over time (time-weighted means and a series);
+the fragmentation index over time; mean execution effectiveness; the share of
+multi-node jobs kept within one leaf switch (only when the cluster has a switch tree);
+fairness: Jain's index ``(sum x)^2 / (n sum x^2)`` of the users' mean bounded
+slowdowns (1: every user equally slowed down).
+
+Fragmentation (SCHED², eq. 1): ``frag = 1 - (sum x_i)^2 / (n sum x_i^2)`` over the ``n``
+GPUs of a server, ``x_i`` the remaining run time of the job on GPU ``i`` (0 when free;
+the replay knows the actual remaining time); the cluster's value is the mean over its
+GPU servers (an idle server counts 0). On a cluster without GPUs the units are nodes
+and the groups are leaf switches: ``x_i`` is node ``i``'s remaining time, ``n`` the
+nodes of the leaf (the whole cluster when there is no tree).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .state import Cluster, NodeState
+
+if TYPE_CHECKING:
+    from .engine import SimResult
+
+__all__ = [
+    "TAU",
+    "compare_rows",
+    "compute",
+    "fragmentation",
+    "jain",
+    "job_metrics",
+    "plot",
+    "summary",
+    "table_rows",
+    "write_json",
+]
+
+#: Bounded-slowdown threshold, seconds.
+TAU = 10
+
+#: Points kept per series in the JSON output.
+SERIES_POINTS = 500
+
+
+# ---------------------------------------------------------------------------- over time
+def fragmentation(cluster: Cluster, state: NodeState, now: int) -> float:
+    """SCHED²'s fragmentation index of the cluster at ``now`` (see the module docstring)."""
+    if cluster.total_gpus > 0:
+        gpus = cluster.cap_g.astype(np.float64)
+        n = cluster.num_nodes
+        sx = np.zeros(n)
+        sxx = np.zeros(n)
+        ex = state.excl
+        if ex.any():  # a whole-node job: every GPU has the same remaining time
+            rem = np.clip(state.node_aend[ex] - now, 0, None).astype(np.float64)
+            sx[ex] = gpus[ex] * rem
+            sxx[ex] = gpus[ex] * rem * rem
+        rows = state.live_rows()
+        if rows.size:
+            rem = np.clip(state.row_aend[rows] - now, 0, None).astype(np.float64)
+            g = state.row_g[rows].astype(np.float64)
+            node = state.row_node[rows]
+            sx += np.bincount(node, weights=g * rem, minlength=n)
+            sxx += np.bincount(node, weights=g * rem * rem, minlength=n)
+        has = (gpus > 0)
+        ok = has & (sxx > 0)
+        frag = np.zeros(n)
+        frag[ok] = 1.0 - sx[ok] ** 2 / (gpus[ok] * sxx[ok])
+        return float(frag[has].mean())
+    rem = np.where(state.idle, 0, np.clip(state.node_aend - now, 0, None)).astype(np.float64)
+    sx = np.add.reduceat(rem, cluster.leaf_start)
+    sxx = np.add.reduceat(rem * rem, cluster.leaf_start)
+    size = np.diff(np.append(cluster.leaf_start, cluster.num_nodes)).astype(np.float64)
+    frag = np.zeros(sx.size)
+    ok = sxx > 0
+    frag[ok] = 1.0 - sx[ok] ** 2 / (size[ok] * sxx[ok])
+    return float(frag.mean())
+
+
+# ---------------------------------------------------------------------------- per job
+def job_metrics(result: SimResult) -> dict[str, np.ndarray]:
+    """Per-job arrays: ``wait``, ``run``, ``jct``, ``bsld``, ``effectiveness``."""
+    jobs = result.jobs
+    wait = (result.start - jobs.eligible).astype(np.float64)
+    run = (result.end - result.start).astype(np.float64)
+    jct = wait + run
+    bsld = np.maximum(1.0, jct / np.maximum(run, TAU))
+    eff = np.where(jct > 0, run / np.where(jct > 0, jct, 1.0), 1.0)
+    return {"wait": wait, "run": run, "jct": jct, "bsld": bsld, "effectiveness": eff}
+
+
+def summary(x: np.ndarray) -> dict[str, float]:
+    """Mean, median, p95, p99 and max of ``x`` (zeros when empty)."""
+    if x.size == 0:
+        return {"mean": 0.0, "median": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
+    p50, p95, p99 = np.percentile(x, [50, 95, 99])
+    return {"mean": float(x.mean()), "median": float(p50), "p95": float(p95),
+            "p99": float(p99), "max": float(x.max())}
+
+
+def jain(x: np.ndarray) -> float:
+    """Jain's fairness index of ``x`` (1.0 for an empty or all-zero vector)."""
+    if x.size == 0:
+        return 1.0
+    sq = float((x * x).sum())
+    return 1.0 if sq == 0 else float(x.sum()) ** 2 / (x.size * sq)
+
+
+def _time_mean(t: np.ndarray, v: np.ndarray, t_end: int) -> float:
+    if t.size == 0 or t_end <= t[0]:
+        return 0.0
+    d = np.diff(np.append(t, t_end)).astype(np.float64)
+    return float((v * d).sum() / d.sum())
+
+
+def _series(t: np.ndarray, v: np.ndarray, t_end: int, points: int) -> tuple[list[int],
+                                                                            list[float]]:
+    """Time-weighted bucket means of a step function (at most ``points`` buckets)."""
+    if t.size == 0 or t_end <= t[0]:
+        return [], []
+    edges = np.linspace(float(t[0]), float(t_end), points + 1)
+    d = np.diff(np.append(t, t_end)).astype(np.float64)
+    cum = np.concatenate(([0.0], np.cumsum(v * d)))
+    k = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, t.size - 1)
+    integral = cum[k] + v[k] * (edges - t[k])
+    means = np.diff(integral) / np.diff(edges)
+    return [int(e) for e in edges[:-1]], [float(m) for m in means]
+
+
+# ---------------------------------------------------------------------------- per run
+def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[str, Any]:
+    """Every metric of a replay as a JSON-able dict (see the module docstring)."""
+    jobs = result.jobs
+    cl = result.cluster
+    pj = job_metrics(result)
+    n = jobs.n
+    t0 = int(jobs.eligible.min()) if n else 0
+    t_end = int(result.end.max()) if n else 0
+    multi = jobs.nodes > 1
+    n_multi = int(multi.sum())
+    users = jobs.user
+    if n:
+        counts = np.bincount(users)
+        sums = np.bincount(users, weights=pj["bsld"])
+        per_user = sums[counts > 0] / counts[counts > 0]
+    else:
+        per_user = np.zeros(0)
+    total_g = cl.total_gpus
+    util = {
+        "nodes": _time_mean(result.util_t, result.util_nodes / cl.num_nodes, t_end),
+        "cpus": _time_mean(result.util_t, result.util_cpus / cl.total_cpus, t_end),
+        "gpus": (_time_mean(result.util_t, result.util_gpus / total_g, t_end)
+                 if total_g else None),
+    }
+    st, sn = _series(result.util_t, result.util_nodes / cl.num_nodes, t_end, series_points)
+    _, sc = _series(result.util_t, result.util_cpus / cl.total_cpus, t_end, series_points)
+    sg = (_series(result.util_t, result.util_gpus / total_g, t_end, series_points)[1]
+          if total_g else [])
+    return {
+        "policy": result.policy,
+        "cluster": cl.name,
+        "nodes": cl.num_nodes,
+        "gpus": total_g,
+        "jobs": n,
+        "skipped": dict(sorted(jobs.skipped.items())),
+        "backfilled": int(result.backfilled.sum()),
+        "wait_s": summary(pj["wait"]),
+        "run_s": summary(pj["run"]),
+        "jct_s": summary(pj["jct"]),
+        "bsld": summary(pj["bsld"]),
+        "bsld_tau_s": TAU,
+        "makespan_s": t_end - t0,
+        "utilisation": util,
+        "fragmentation": {
+            "mean": float(result.frag.mean()) if result.frag.size else 0.0,
+            "unit": "gpu" if total_g else "leaf",
+        },
+        "execution_effectiveness": float(pj["effectiveness"].mean()) if n else 0.0,
+        "multi_node_jobs": n_multi,
+        "single_leaf_share": (float((result.leaves[multi] == 1).mean())
+                              if cl.has_tree and n_multi else None),
+        "fairness": {"users": int(per_user.size), "jain_bsld": jain(per_user)},
+        "sim": dict(result.stats),
+        "series": {
+            "t": st, "nodes": sn, "cpus": sc, "gpus": sg,
+            "frag_t": result.frag_t.tolist(), "frag": result.frag.tolist(),
+        },
+    }
+
+
+# ---------------------------------------------------------------------------- output
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v == 0 or 0.001 <= abs(v) < 1e6:
+            return f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}"
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def table_rows(m: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One run's metrics as ``(metric, value)`` rows."""
+    rows: list[tuple[str, str]] = [
+        ("policy", m["policy"]), ("cluster", f"{m['cluster']} ({m['nodes']} nodes,"
+                                             f" {m['gpus']} GPUs)"),
+        ("jobs", _fmt(m["jobs"])),
+        ("skipped", ", ".join(f"{k}: {v}" for k, v in m["skipped"].items()) or "0"),
+        ("backfilled", _fmt(m["backfilled"])),
+    ]
+    for key, label in (("wait_s", "wait (s)"), ("jct_s", "JCT (s)"), ("bsld", "bsld"),
+                       ("run_s", "run (s)")):
+        s = m[key]
+        rows.append((label, "  ".join(f"{k} {_fmt(s[k])}" for k in
+                                      ("mean", "median", "p95", "p99", "max"))))
+    u = m["utilisation"]
+    rows += [
+        ("makespan (s)", _fmt(m["makespan_s"])),
+        ("utilisation", f"nodes {_fmt(u['nodes'])}  cpus {_fmt(u['cpus'])}"
+                        f"  gpus {_fmt(u['gpus'])}"),
+        ("fragmentation", f"{_fmt(m['fragmentation']['mean'])} (per"
+                          f" {m['fragmentation']['unit']})"),
+        ("exec. effectiveness", _fmt(m["execution_effectiveness"])),
+        ("multi-node in 1 leaf", _fmt(m["single_leaf_share"])),
+        ("fairness (Jain bsld)", f"{_fmt(m['fairness']['jain_bsld'])} over"
+                                 f" {m['fairness']['users']} users"),
+        ("sim wall (s)", _fmt(float(m["sim"].get("wall_s", 0.0)))),
+    ]
+    return rows
+
+
+#: Columns of :func:`compare_rows`.
+COMPARE_HEADERS = ("policy", "jobs", "wait mean", "wait p95", "bsld mean", "bsld p99",
+                   "jct mean", "makespan", "util nodes", "util gpus", "frag", "exec eff",
+                   "1-leaf", "jain", "wall s")
+
+
+def compare_rows(ms: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    """Several runs' headline metrics, one row each (see :data:`COMPARE_HEADERS`)."""
+    out: list[tuple[str, ...]] = []
+    for m in ms:
+        out.append((
+            str(m["policy"]), _fmt(m["jobs"]), _fmt(m["wait_s"]["mean"]), _fmt(m["wait_s"]["p95"]),
+            _fmt(m["bsld"]["mean"]), _fmt(m["bsld"]["p99"]), _fmt(m["jct_s"]["mean"]),
+            _fmt(m["makespan_s"]), _fmt(m["utilisation"]["nodes"]),
+            _fmt(m["utilisation"]["gpus"]), _fmt(m["fragmentation"]["mean"]),
+            _fmt(m["execution_effectiveness"]), _fmt(m["single_leaf_share"]),
+            _fmt(m["fairness"]["jain_bsld"]), _fmt(float(m["sim"].get("wall_s", 0.0))),
+        ))
+    return out
+
+
+def write_json(data: Any, path: str | Path) -> Path:
+    """Write ``data`` as indented, key-sorted JSON; returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return p
+
+
+def _util_series(r: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    return r.util_t, r.util_nodes / r.cluster.num_nodes
+
+
+def _frag_series(r: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    return r.frag_t, r.frag
+
+
+def plot(results: Mapping[str, SimResult], out_dir: str | Path) -> list[Path] | None:
+    """Wait CDF, utilisation and fragmentation over time as PNGs (``None``: no matplotlib)."""
+    try:  # optional (the ``train`` extra): imported by name, not needed by the runtime
+        mpl: Any = importlib.import_module("matplotlib")
+        mpl.use("Agg")
+        plt: Any = importlib.import_module("matplotlib.pyplot")
+    except ImportError:
+        return None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, r in results.items():
+        w = np.sort(job_metrics(r)["wait"])
+        if w.size:
+            ax.plot(np.maximum(w, 1), np.arange(1, w.size + 1) / w.size, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("wait (s, log; 0 shown as 1)")
+    ax.set_ylabel("share of jobs")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "wait_cdf.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    for fname, ylabel, get in (
+        ("utilisation.png", "busy nodes (share)", _util_series),
+        ("fragmentation.png", "fragmentation index", _frag_series),
+    ):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, r in results.items():
+            t, v = get(r)
+            if t.size:
+                ax.step((t - t[0]) / 3600.0, v, where="post", label=name, linewidth=0.8)
+        ax.set_xlabel("hours since first arrival")
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        fig.tight_layout()
+        paths.append(out / fname)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
