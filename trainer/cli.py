@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 import click
 
+from slurm_plugin.when import parse_span, parse_when
+
 from .sim.policies import BASELINES
 
 __all__ = ["SimulateConfig", "compare", "resolve", "run_baselines", "simulate"]
@@ -137,8 +139,6 @@ def _input_options(fn: F) -> F:
 
 
 def _when(value: str) -> int:
-    from db.ingest_cli import parse_when
-
     v = value.strip()
     if v.isdigit():
         return int(v)
@@ -146,8 +146,6 @@ def _when(value: str) -> int:
 
 
 def _span(value: str) -> int:
-    from db.ingest_cli import parse_span
-
     return int(parse_span(value).total_seconds())
 
 

@@ -97,9 +97,10 @@ import gzip
 import math
 import os
 import re
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone, tzinfo
+from functools import partial
 from itertools import chain
 from types import MappingProxyType
 from typing import Literal
@@ -315,6 +316,16 @@ def _reject(raw: str, reason: str, detail: str, line: int) -> Rejected:
     return Rejected(raw, reason, detail, line)
 
 
+def _checked(raw: str, n: int, build: Callable[[], JobRecord]) -> Parsed:
+    """One line's item: its record if it builds and passes ``check``, else a Rejected."""
+    try:
+        record = build()
+    except _Reject as exc:
+        return _reject(raw, exc.reason, exc.detail, n)
+    problem = check(record)
+    return record if problem is None else _reject(raw, problem[0], problem[1], n)
+
+
 def _show(tok: str) -> str:
     """A token for a one-line detail (repr escapes newlines; long ones are cut)."""
     return repr(tok if len(tok) <= 40 else tok[:37] + "...")
@@ -500,16 +511,7 @@ def _swf_rows(lines: Iterator[str], opts: _SwfOptions) -> Iterator[Parsed]:
         if not s or s[0] == ";":
             continue
         raw = line.rstrip("\r\n")
-        try:
-            record = _swf_record(s, opts)
-        except _Reject as exc:
-            yield _reject(raw, exc.reason, exc.detail, n)
-            continue
-        problem = check(record)
-        if problem is not None:
-            yield _reject(raw, problem[0], problem[1], n)
-        else:
-            yield record
+        yield _checked(raw, n, partial(_swf_record, s, opts))
 
 
 def _swf_record(s: str, o: _SwfOptions) -> JobRecord:
@@ -681,16 +683,7 @@ def _csv_rows(lines: Iterator[str], header_no: int, opts: _CsvOptions) -> Iterat
             continue
         row += 1
         raw = line.rstrip("\r\n")
-        try:
-            record = _csv_record(raw, row, opts, days)
-        except _Reject as exc:
-            yield _reject(raw, exc.reason, exc.detail, n)
-            continue
-        problem = check(record)
-        if problem is not None:
-            yield _reject(raw, problem[0], problem[1], n)
-        else:
-            yield record
+        yield _checked(raw, n, partial(_csv_record, raw, row, opts, days))
 
 
 def _csv_split(raw: str) -> list[str]:

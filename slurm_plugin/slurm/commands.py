@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..output import emit_json, table
+from ..when import parse_when
 from .client import DEFAULT_TIMEOUT, SlurmClient, make_client
 from .hostlist import compress
 from .types import PENDING, RUNNING
@@ -135,23 +136,6 @@ def config(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"SchedulerParameters {params or '-'}")
 
 
-def _parse_when(value: str) -> datetime:
-    now = datetime.now(timezone.utc)
-    if value == "now":
-        return now
-    if value.startswith("now-") and value.endswith(("d", "h", "m")):
-        n = int(value[4:-1])
-        unit = {"d": "days", "h": "hours", "m": "minutes"}[value[-1]]
-        return now - timedelta(**{unit: n})
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r}: use an ISO time (2026-01-31T12:00:00), 'now' or 'now-7d'/'now-12h'"
-        ) from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
 @slurm.command()
 @click.option("--start", "-S", default="now-1d", show_default=True,
               help="Window start: ISO time (UTC), 'now', or 'now-Nd'/'now-Nh'/'now-Nm'.")
@@ -164,7 +148,7 @@ def _parse_when(value: str) -> datetime:
 def sacct(ctx: click.Context, start: str, end: str, fmt: str, as_json: bool) -> None:
     """List jobs from accounting (sacct) in a time window."""
     client = _client(ctx)
-    t0, t1 = _parse_when(start), _parse_when(end)
+    t0, t1 = parse_when(start), parse_when(end)
     kwargs: dict[str, Any] = {}
     if fmt != "auto":
         from .cli_backend import CliSlurmClient
