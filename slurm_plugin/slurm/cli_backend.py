@@ -16,13 +16,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from . import parse
-from .client import DEFAULT_TIMEOUT, SlurmClient
+from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist
 from .errors import SlurmError
-from .hostlist import compress
 from .types import PENDING, RUNNING, AccountingJob, SchedulerConfig, SlurmJob, SlurmNode, SwitchTree
-
-#: A node name rlsched will put into ReqNodeList (Slurm's own names are like this).
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class CliSlurmClient(SlurmClient):
@@ -231,13 +227,7 @@ class CliSlurmClient(SlurmClient):
 
     def set_req_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
         """``scontrol update JobId=N ReqNodeList=...`` on a pending job only."""
-        names = list(nodes)
-        if not names:
-            raise ValueError("set_req_nodes needs at least one node (use clear_req_nodes)")
-        bad = [n for n in names if not _NODE_NAME.match(n)]
-        if bad:
-            raise ValueError(f"not a node name: {bad[0]!r}")
-        hostlist = compress(names)
+        hostlist = req_nodes_hostlist(nodes)
         self._require_pending(job_id, f"ReqNodeList={hostlist}")
         self._update(job_id, f"ReqNodeList={hostlist}")
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 import os
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from .hostlist import compress
 from .types import (
     PENDING,
     RUNNING,
@@ -92,6 +94,25 @@ class SlurmClient(abc.ABC):
     @abc.abstractmethod
     def clear_req_nodes(self, job_id: int) -> None:
         """Remove a pending job's ReqNodeList (rollback of :meth:`set_req_nodes`)."""
+
+
+#: A node name rlsched will put into ReqNodeList (Slurm's own names are like this).
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def req_nodes_hostlist(nodes: Sequence[str]) -> str:
+    """Check node names for ``set_req_nodes`` and compress them to one hostlist.
+
+    Raises:
+        ValueError: If ``nodes`` is empty or holds something that is not a node name.
+    """
+    names = list(nodes)
+    if not names:
+        raise ValueError("set_req_nodes needs at least one node (use clear_req_nodes)")
+    bad = [n for n in names if not isinstance(n, str) or not _NODE_NAME.match(n)]
+    if bad:
+        raise ValueError(f"not a node name: {bad[0]!r}")
+    return compress(names)
 
 
 def make_client(backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> SlurmClient:

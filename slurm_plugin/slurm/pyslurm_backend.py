@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import calendar
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -47,9 +46,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import values as v
-from .client import DEFAULT_TIMEOUT, SlurmClient
+from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist
 from .errors import SlurmError
-from .hostlist import compress, expand
+from .hostlist import expand
 from .tres import gpu_count
 from .types import (
     PENDING,
@@ -81,8 +80,6 @@ MAX_HUNG_CALLS = 4
 #: What rlsched needs of the pyslurm module (present in pyslurm 25.11).
 _REQUIRED = ("Jobs", "Job", "JobSubmitDescription", "Nodes", "db", "slurmctld")
 
-#: A node name rlsched will put into ReqNodeList (Slurm's own names are like this).
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 #: ``slurm_job_state_string()`` names a state flag instead of the base state when one is
 #: set; these flags are only ever set on running jobs.
@@ -638,13 +635,7 @@ class PySlurmClient(SlurmClient):
             ValueError: If ``nodes`` is empty or holds something that is not a node name.
             SlurmError: If the job is not pending, or a pyslurm call fails.
         """
-        names = list(nodes)
-        if not names:
-            raise ValueError("set_req_nodes needs at least one node (use clear_req_nodes)")
-        bad = [n for n in names if not isinstance(n, str) or not _NODE_NAME.match(n)]
-        if bad:
-            raise ValueError(f"not a node name: {bad[0]!r}")
-        hostlist = compress(names)
+        hostlist = req_nodes_hostlist(nodes)
         mod = self.pyslurm
         jid = int(job_id)
         command = f"pyslurm Job({jid}).modify(required_nodes={hostlist})"
