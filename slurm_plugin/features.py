@@ -485,18 +485,18 @@ class UserHistory:
         for k, u in enumerate(users):
             v = cache.get(u)
             if v is None:
-                st = self._users.get(u)
-                if st is None:
+                us = self._users.get(u)
+                if us is None:
                     v = (self.norm.default_ratio, 0.0, 0.0)
                 else:
-                    r = float(np.median(st.ratios)) if st.ratios else self.norm.default_ratio
-                    packed = [x for s, x in st.spread if not s]
-                    spread = [x for s, x in st.spread if s]
+                    r = float(np.median(us.ratios)) if us.ratios else self.norm.default_ratio
+                    packed = [x for s, x in us.spread if not s]
+                    spread = [x for s, x in us.spread if s]
                     lo = 0.0
                     if packed and spread and sum(packed) > 0:
                         lo = min(1.0, max(0.0, (sum(spread) / len(spread))
                                           / (sum(packed) / len(packed)) - 1.0))
-                    v = (r, st.usage / total if total > 0 else 0.0, lo)
+                    v = (r, us.usage / total if total > 0 else 0.0, lo)
                 cache[u] = v
             ratio[k], share[k], loc[k] = v
         return ratio * lim, share, loc
@@ -579,17 +579,17 @@ def raw_from_slurm(now: int, pending: Sequence[SlurmJob], running: Sequence[Slur
         "job_id", "eligible", "limit", "nodes", "cpus", "gpus", "mem", "exclusive")}
     users: list[str] = []
     for job in pending:
-        n = max(1, job.num_nodes)
+        k = max(1, job.num_nodes)
         c, g = job.num_cpus, job.num_gpus
         excl = not c and not g
         cols["job_id"].append(job.job_id)
         cols["eligible"].append(job.eligible_time if job.eligible_time is not None
                                 else job.submit_time)
         cols["limit"].append(job.time_limit or 0)
-        cols["nodes"].append(n)
-        cols["cpus"].append(0 if excl else max(1, _ceil(c, n)) if c else 1)
-        cols["gpus"].append(0 if excl else _ceil(g, n) if g else 0)
-        cols["mem"].append(0 if excl or not job.mem_mb else _ceil(job.mem_mb, n))
+        cols["nodes"].append(k)
+        cols["cpus"].append(0 if excl else max(1, _ceil(c, k)) if c else 1)
+        cols["gpus"].append(0 if excl else _ceil(g, k) if g else 0)
+        cols["mem"].append(0 if excl or not job.mem_mb else _ceil(job.mem_mb, k))
         cols["exclusive"].append(excl)
         users.append(job.user)
     uid, _ = user_index(users)
