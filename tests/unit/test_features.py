@@ -166,3 +166,31 @@ def test_user_history_estimates():
     h.record("w", end=1000, run=75, limit=100, cpus=1, leaves=2)
     _, _, loc = h.estimates(["w"], [100], now=1000)
     assert loc[0] == pytest.approx(0.5)
+
+
+def test_observe_from_simulator_state_matches_live_semantics():
+    from trainer.sim import workload as w
+    from trainer.sim.observe import observe
+    from trainer.sim.state import Cluster, NodeState, build_jobs
+
+    cfg = w.WorkloadConfig(num_jobs=40, seed=3)
+    spec = w.default_cluster(cfg)
+    cl = Cluster.from_spec(spec)
+    jt = build_jobs(w.replay_records(w.generate(cfg), spec), cl)
+    state = NodeState(cl)
+    idx = np.arange(jt.n)
+    now = int(jt.eligible.max())
+    obs = observe(jt, idx, cl, state, now)
+    assert obs.n_jobs == jt.n and obs.n_nodes == cl.num_nodes
+    assert obs.n_leaves == cl.num_leaves
+    # an empty cluster: every job that fits the cluster at all fits now
+    assert obs.job_mask.all()
+    ncol = {n: i for i, n in enumerate(F.NODE_FEATURES)}
+    assert (obs.nodes[:, ncol["idle"]] == 1).all()
+    # take every GPU of node 0: its free GPU fraction drops to 0, used_gpus rises
+    state.allocate_shared(np.array([0]), 1, int(cl.cap_g[0]), 0, now + 3600, now + 60)
+    obs2 = observe(jt, idx, cl, state, now)
+    assert obs2.nodes[0, ncol["free_gpu_frac"]] == 0
+    assert obs2.nodes[0, ncol["log_remaining"]] == pytest.approx(np.log1p(1.0))
+    gcol = {n: i for i, n in enumerate(F.GLOBAL_FEATURES)}
+    assert obs2.globals[gcol["used_gpus"]] == pytest.approx(cl.cap_g[0] / cl.total_gpus)

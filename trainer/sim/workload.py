@@ -925,3 +925,17 @@ def describe(jobs: Sequence[SyntheticJob], cluster: ClusterSpec | None = None) -
         capacity = cluster.total_gpus if by_gpu else cluster.total_cpus
         out["offered_load"] = demand / (capacity * span) if capacity and span else math.nan
     return out
+
+
+def replay_records(jobs: Sequence[SyntheticJob], cluster: ClusterSpec) -> list[JobRecord]:
+    """Records to replay a synthetic workload from (no scheduler has run it yet).
+
+    Each job "starts" at its submit time on the cluster's first ``req_nodes`` nodes: the
+    simulator only reads arrival, request, limit and run time, and decides the rest.
+
+    Raises:
+        ValueError: If a job asks for more nodes than the cluster has.
+    """
+    names = [n.name for n in cluster.nodes]
+    return [j.to_record(j.submit_time, names[:max(1, j.req_nodes)], cluster.name)
+            for j in jobs]
