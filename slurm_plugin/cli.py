@@ -47,6 +47,10 @@ COMMANDS: dict[str, CommandEntry] = {
         "db.ingest_cli:ingest",
         "Load job history into the store: sacct, the slurmdbd database, SWF/Philly traces.",
     ),
+    "helper": CommandEntry(
+        "slurm_plugin.helper.cli:helper",
+        "Run the compiled policy next to slurmctld (shadow/enforce); status, audit log, reset.",
+    ),
     "simulate": CommandEntry(
         "trainer.cli:simulate",
         "Replay a trace or the store's history under one policy and print its metrics.",

@@ -1,0 +1,272 @@
+"""The helper's decisions, as pure functions of arrays (no Slurm, no model, no clock).
+
+**Ranking to site factors.** Slurm's multifactor priority is a sum of weighted factors
+(age, fair-share, partition, QOS...) plus the job's ``SiteFactor``. The helper writes
+only the site factor, inside a configured band ``[lo, hi]``, so the other factors keep
+counting. Two mappings (:data:`MAPPINGS`):
+
+- ``rank`` (default): evenly spaced by rank. The policy's best job gets ``hi``, its
+  worst ``lo``, the ``k``-th (0-based) ``hi - round(k * (hi - lo) / (J - 1))``. Jobs with
+  equal scores get the value of the best rank among them, so Slurm's own factors (age,
+  fair-share) decide between them. Two neighbours differ by ``(hi - lo) / (J - 1)``: the
+  policy's order holds wherever that step exceeds the spread of the other weighted
+  factors, and age or fair-share can overturn it only between jobs whose site factors
+  are closer than their own difference. A wide band makes the policy dominate, a
+  narrow one blends it with Slurm's order.
+- ``logit``: affine in the model's logits, clipped to the band:
+  ``lo + center * (hi - lo) + scale * logit``. A job's value does not move when other
+  jobs come and go (fewer changes), and a strong preference gets a larger boost.
+
+Masked jobs (logit ``-1e9``) get ``lo`` with ``logit`` and tie at the bottom with
+``rank``.
+
+**Starvation guard.** A job that has waited (since eligible, else since submitted) longer
+than ``starvation_limit`` seconds gets ``hi``, whatever the policy says; among such jobs
+Slurm's age factor puts the oldest first.
+
+**Hysteresis.** A new value is written only when it differs from the job's current site
+factor by more than ``hysteresis`` (a starving job is always raised to ``hi``). Changes
+are issued head of the queue first (starving jobs, then the policy's order), at most
+``max_changes`` per cycle; the rest follow in later cycles.
+
+**Steering.** The first ``steer_jobs`` jobs in the policy's order that can start now
+(and may be steered: no user node list or constraint, at least ``steer_min_nodes``
+nodes) get candidate node sets from :func:`slurm_plugin.placement.candidates`, restricted
+to the nodes of their partition and not excluded; the model's place head picks one. The
+chosen nodes are taken out of the free resources before the next job is placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..features import JobsRaw, NodesRaw
+from ..placement import Candidates, candidates
+
+__all__ = [
+    "MAPPINGS",
+    "Choice",
+    "SiteChange",
+    "SiteFactorRule",
+    "logit_values",
+    "plan_site_factors",
+    "policy_order",
+    "rank_values",
+    "steer",
+    "targets",
+]
+
+#: Logits at or below this count as masked.
+_MASKED_BELOW = -1e8
+
+
+@dataclass(frozen=True)
+class SiteFactorRule:
+    """How scores become site factors (see the module docstring).
+
+    Attributes:
+        lo: Bottom of the band.
+        hi: Top of the band.
+        mapping: Key of :data:`MAPPINGS`.
+        logit_scale: Site factor per logit unit (``logit`` mapping).
+        logit_center: Where logit 0 lands, as a fraction of the band (``logit`` mapping).
+        hysteresis: Minimum change worth writing.
+        starvation_limit: Seconds of waiting after which a job goes to ``hi``.
+        max_changes: Site factor changes issued per cycle, at most.
+    """
+
+    lo: int = 0
+    hi: int = 100_000
+    mapping: str = "rank"
+    logit_scale: float = 10_000.0
+    logit_center: float = 0.5
+    hysteresis: int = 1_000
+    starvation_limit: float = 2 * 86400.0
+    max_changes: int = 500
+
+    def __post_init__(self) -> None:
+        if self.lo >= self.hi:
+            raise ValueError(f"band_lo ({self.lo}) must be below band_hi ({self.hi})")
+        if self.mapping not in MAPPINGS:
+            raise ValueError(f"unknown mapping {self.mapping!r}: use one of {sorted(MAPPINGS)}")
+
+
+def rank_values(scores: np.ndarray, rule: SiteFactorRule) -> np.ndarray:
+    """``rank`` mapping: evenly spaced by rank, ties share the best rank's value."""
+    s = np.asarray(scores, dtype=np.float64)
+    j = s.size
+    if j == 0:
+        return np.zeros(0, dtype=np.int64)
+    asc = np.sort(s)
+    better = j - np.searchsorted(asc, s, side="right")  # jobs with a strictly higher score
+    step = (rule.hi - rule.lo) / (j - 1) if j > 1 else 0.0
+    out: np.ndarray = np.clip(rule.hi - np.rint(better * step).astype(np.int64),
+                              rule.lo, rule.hi)
+    return out
+
+
+def logit_values(scores: np.ndarray, rule: SiteFactorRule) -> np.ndarray:
+    """``logit`` mapping: affine in the logits, clipped to the band; masked jobs get ``lo``."""
+    s = np.asarray(scores, dtype=np.float64)
+    base = rule.lo + rule.logit_center * (rule.hi - rule.lo)
+    raw = np.clip(base + rule.logit_scale * np.where(s > _MASKED_BELOW, s, 0.0),
+                  rule.lo, rule.hi)
+    out: np.ndarray = np.where(s > _MASKED_BELOW, np.rint(raw), rule.lo).astype(np.int64)
+    return out
+
+
+#: Score-to-site-factor mappings by name.
+MAPPINGS: dict[str, Callable[[np.ndarray, SiteFactorRule], np.ndarray]] = {
+    "rank": rank_values,
+    "logit": logit_values,
+}
+
+
+def policy_order(scores: np.ndarray, eligible: np.ndarray, job_ids: np.ndarray) -> np.ndarray:
+    """Row indices in the policy's order: score descending, then arrival, then job id."""
+    order: np.ndarray = np.lexsort((np.asarray(job_ids), np.asarray(eligible),
+                                    -np.asarray(scores, dtype=np.float64)))
+    return order
+
+
+def targets(scores: np.ndarray, waited: np.ndarray, rule: SiteFactorRule
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Target site factor per job and which jobs are starving.
+
+    Args:
+        scores: Per job (the hold score removed).
+        waited: Seconds each job has waited.
+        rule: The rule.
+
+    Returns:
+        ``(values, starving)``: int64 values inside ``[lo, hi]``, bool mask.
+    """
+    values = MAPPINGS[rule.mapping](scores, rule)
+    starving = np.asarray(waited, dtype=np.float64) > rule.starvation_limit
+    values = np.where(starving, rule.hi, values)
+    out: np.ndarray = np.clip(values, rule.lo, rule.hi).astype(np.int64)
+    return out, starving
+
+
+@dataclass(frozen=True)
+class SiteChange:
+    """One site factor to write.
+
+    Attributes:
+        job_id: The job.
+        old: Its current site factor (as the helper knows it).
+        new: The value to write (inside the band).
+        reason: ``"policy"`` or ``"starvation"``.
+    """
+
+    job_id: int
+    old: int
+    new: int
+    reason: str
+
+
+def plan_site_factors(job_ids: np.ndarray, values: np.ndarray, starving: np.ndarray,
+                      current: np.ndarray, order: np.ndarray, rule: SiteFactorRule
+                      ) -> tuple[list[SiteChange], int]:
+    """The site factor changes worth writing this cycle, head of the queue first.
+
+    Args:
+        job_ids: Per job.
+        values: Target values (:func:`targets`).
+        starving: Starving jobs.
+        current: Current site factor per job.
+        order: The policy's order (:func:`policy_order`).
+        rule: The rule (hysteresis, max_changes, band).
+
+    Returns:
+        ``(changes, deferred)``: at most ``max_changes`` changes (starving jobs first, then
+        in the policy's order) and the number of further changes left for later cycles.
+    """
+    vals = np.clip(np.asarray(values, dtype=np.int64), rule.lo, rule.hi)
+    cur = np.asarray(current, dtype=np.int64)
+    move = np.abs(vals - cur) > rule.hysteresis
+    move |= np.asarray(starving, dtype=bool) & (cur != vals)
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    rows = np.flatnonzero(move)
+    rows = rows[np.lexsort((pos[rows], ~np.asarray(starving, dtype=bool)[rows]))]
+    limit = max(0, rule.max_changes)
+    chosen = rows[:limit]
+    changes = [SiteChange(int(job_ids[r]), int(cur[r]), int(vals[r]),
+                          "starvation" if starving[r] else "policy") for r in chosen.tolist()]
+    return changes, int(rows.size - chosen.size)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A steering decision: job row, chosen node indices and how they were proposed."""
+
+    row: int
+    nodes: tuple[int, ...]
+    kind: str
+    leaves: int
+
+
+def _take(nodes: NodesRaw, idx: np.ndarray, jobs: JobsRaw, row: int) -> NodesRaw:
+    """The node table with job ``row``'s request taken from nodes ``idx``."""
+    free_c = nodes.free_c.copy()
+    free_g = nodes.free_g.copy()
+    free_m = nodes.free_m.copy()
+    idle = nodes.idle.copy()
+    if jobs.exclusive[row]:
+        free_c[idx] = 0
+        free_g[idx] = 0
+        free_m[idx] = 0
+    else:
+        free_c[idx] = np.maximum(0, free_c[idx] - jobs.cpus[row])
+        free_g[idx] = np.maximum(0, free_g[idx] - jobs.gpus[row])
+        free_m[idx] = np.maximum(0, free_m[idx] - jobs.mem[row])
+    idle[idx] = False
+    return replace(nodes, free_c=free_c, free_g=free_g, free_m=free_m, idle=idle)
+
+
+def steer(jobs: JobsRaw, nodes: NodesRaw, order: Sequence[int] | np.ndarray, may_steer: np.ndarray,
+          fits: np.ndarray, allowed: Callable[[int], np.ndarray],
+          place: Callable[[int, Candidates], int], *, max_jobs: int, min_nodes: int = 1,
+          max_sets: int = 8) -> list[Choice]:
+    """Choose node sets for the first ``max_jobs`` steerable jobs that fit now.
+
+    Args:
+        jobs: The pending jobs' raw table.
+        nodes: The node table.
+        order: Rows in the policy's order.
+        may_steer: Per row, whether the job may be steered at all.
+        fits: Per row, whether it can start now (the observation's job mask).
+        allowed: Row -> bool mask of the nodes the job may use (partition, exclusions).
+        place: ``(row, candidates) -> index`` (the model's place head).
+        max_jobs: How many jobs to steer, at most.
+        min_nodes: Only jobs asking for at least this many nodes.
+        max_sets: Candidate sets per job, at most.
+
+    Returns:
+        The choices, in the policy's order.
+    """
+    out: list[Choice] = []
+    work = nodes
+    for row in order:
+        if len(out) >= max_jobs:
+            break
+        r = int(row)
+        if not (may_steer[r] and fits[r]) or int(jobs.nodes[r]) < min_nodes:
+            continue
+        view = replace(work, up=work.up & allowed(r))
+        cands = candidates(view, int(jobs.nodes[r]), int(jobs.cpus[r]), int(jobs.gpus[r]),
+                           int(jobs.mem[r]), bool(jobs.exclusive[r]), max_sets=max_sets)
+        if not len(cands):
+            continue
+        k = place(r, cands)
+        if not 0 <= k < len(cands):
+            raise ValueError(f"place head chose candidate {k} of {len(cands)}")
+        idx = cands.nodes(k)
+        out.append(Choice(r, tuple(int(i) for i in idx), cands.kinds[k],
+                          int(cands.leaves[k])))
+        work = _take(work, idx, jobs, r)
+    return out

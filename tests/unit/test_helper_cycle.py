@@ -1,0 +1,356 @@
+"""The helper cycle on a fake Slurm and a numpy model: pure logic, hand-computed values.
+
+Model: job logit = -log1p(time limit / 1 h) (shortest limit first); candidate logit =
+-(leaf switches spanned). Band 0..100000 with the rank mapping: for J jobs, the k-th in
+the policy's order gets 100000 - k * 100000 / (J - 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+
+from slurm_plugin.helper.actuate import MemoryAudit
+from slurm_plugin.helper.config import HelperConfig
+from slurm_plugin.helper.cycle import Helper
+from slurm_plugin.helper.logs import EventLog
+from slurm_plugin.helper.state import HelperState
+from slurm_plugin.model import ModelError
+
+from .helper_fakes import NOW, FakeSlurm, linear_model, mk_job
+
+ALLOWED_CALLS = {"set_site_factor", "set_req_nodes", "clear_req_nodes"}
+
+
+def make(tmp_path, jobs, *, client=None, audit=None, loader=None, **cfg):
+    base = dict(state_file=str(tmp_path / "state.json"), steering="none", band_lo=0,
+                band_hi=100_000, hysteresis=1000, interval=10.0, backoff_max=80.0)
+    base.update(cfg)
+    conf = HelperConfig(**base).validate()
+    client = client or FakeSlurm(jobs)
+    audit = audit if audit is not None else MemoryAudit()
+    stream = io.StringIO()
+    model = linear_model()
+    h = Helper(conf, client=client, audit=audit, log=EventLog(stream, level="debug"),
+               clock=lambda: NOW, loader=loader or (lambda *a, **k: model))
+    return h, client, audit, stream
+
+
+def three_jobs():
+    return [mk_job(1, limit=7200), mk_job(2, limit=60), mk_job(3, limit=600)]
+
+
+def site_calls(client):
+    return [(c[1], c[2]) for c in client.calls if c[0] == "set_site_factor"]
+
+
+def test_shadow_changes_nothing_and_audits_what_it_would_do(tmp_path):
+    h, client, audit, _ = make(tmp_path, three_jobs())
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    assert client.calls == []
+    # order 2 > 3 > 1 -> 100000, 50000, 0; job 1 already at 0: no change
+    assert [(e[1], e[3], e[5], e[6]) for e in audit.entries] == [
+        ("shadow", 2, "0", "100000"), ("shadow", 3, "0", "50000")]
+    assert all(e[2] == "ab" * 32 for e in audit.entries)
+    assert h.state.shadow.site == {2: 100000, 3: 50000}
+    assert h.state.enforced.site == {}
+    # the would-be values are the base of the hysteresis: nothing new next cycle
+    rep2 = h.run_once()
+    assert rep2.ok and rep2.changes == [] and len(audit.entries) == 2
+    assert h.state.changes == {"shadow:site_factor": 2}
+
+
+def test_enforce_sets_site_factors_head_first_and_only_once(tmp_path):
+    h, client, audit, _ = make(tmp_path, three_jobs(), mode="enforce")
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    assert site_calls(client) == [(2, 100000), (3, 50000)]
+    assert [e[1] for e in audit.entries] == ["enforce", "enforce"]
+    assert {c[0] for c in client.calls} <= ALLOWED_CALLS
+    assert h.run_once().changes == []  # Slurm now shows the values: nothing moves
+    assert len(client.calls) == 2
+    saved = HelperState.load(tmp_path / "state.json")
+    assert saved.enforced.site == {2: 100000, 3: 50000}
+    assert saved.cycles == 2 and saved.errors == 0
+    assert saved.changes == {"enforce:site_factor": 2}
+
+
+def test_hysteresis_writes_only_moves_beyond_the_threshold(tmp_path):
+    h, client, _, _ = make(tmp_path, three_jobs(), mode="enforce", hysteresis=20_000)
+    h.run_once()
+    client.calls.clear()
+    client.add(mk_job(4, limit=1800))
+    # new order 2, 3, 4, 1 -> 100000, 66667, 33333, 0: job 3 moves 16667 (< 20000)
+    rep = h.run_once()
+    assert [(c.job_id, c.old, c.new) for c in rep.changes] == [(4, 0, 33333)]
+    assert site_calls(client) == [(4, 33333)]
+
+
+def test_starving_job_goes_to_the_top_of_the_band(tmp_path):
+    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(2, limit=60), mk_job(3, limit=600)]
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce")
+    rep = h.run_once()
+    got = {c.job_id: (c.new, c.reason) for c in rep.changes}
+    assert got == {1: (100000, "starvation"), 2: (100000, "policy"), 3: (50000, "policy")}
+    assert rep.changes[0].job_id == 1  # starving jobs are written first
+
+
+def test_held_and_dependent_jobs_are_left_alone(tmp_path):
+    jobs = [*three_jobs(), mk_job(5, limit=1, priority=0, reason="JobHeldUser"),
+            mk_job(6, limit=1, reason="Dependency"), mk_job(7, state="RUNNING", on=("node01",))]
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce")
+    rep = h.run_once()
+    assert rep.scored == 3 and rep.pending == 5 and rep.running == 1
+    assert {j for j, _ in site_calls(client)} == {2, 3}
+
+
+def test_max_changes_defers_the_rest_to_later_cycles(tmp_path):
+    h, client, _, _ = make(tmp_path, three_jobs(), mode="enforce", max_changes=1)
+    rep = h.run_once()
+    assert site_calls(client) == [(2, 100000)] and rep.deferred == 1
+    h.run_once()
+    assert site_calls(client) == [(2, 100000), (3, 50000)]
+
+
+@pytest.mark.parametrize("rank_all, want", [
+    # 4 jobs over 0..100000: steps of 33333
+    (True, {9: 100000, 2: 66667, 3: 33333}),  # job 9 (shortest limit) first, though blocked
+    (False, {2: 100000, 3: 66667, 1: 33333}),  # job 9 masked: last, stays at 0
+])
+def test_rank_all_decides_whether_blocked_jobs_are_ranked(tmp_path, rank_all, want):
+    jobs = [*three_jobs(), mk_job(9, nodes=100, limit=1)]  # 100 nodes: never fits
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce", rank_all=rank_all)
+    h.run_once()
+    assert dict(site_calls(client)) == want
+
+
+def test_same_inputs_same_decisions(tmp_path):
+    a = make(tmp_path / "a", three_jobs(), mode="enforce")[0].run_once()
+    b = make(tmp_path / "b", three_jobs(), mode="enforce")[0].run_once()
+    assert a.changes == b.changes
+
+
+# ---------------------------------------------------------------------------- steering
+def steer_jobs():
+    # job 10 asks for whole nodes (no CPU or GPU count); job 11 shares nodes
+    return [mk_job(10, nodes=4, cpus=0, limit=60), mk_job(11, nodes=2, cpus=2, limit=600),
+            mk_job(12, nodes=1, limit=6000)]
+
+
+def test_enforce_steers_the_head_of_the_queue_within_one_leaf(tmp_path):
+    h, client, audit, _ = make(tmp_path, steer_jobs(), mode="enforce", steering="reqnodes",
+                               steer_jobs=2, steer_min_nodes=2)
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    steer = [(c[1], c[2]) for c in client.calls if c[0] == "set_req_nodes"]
+    # job 10 takes leaf1 (node01-04) whole; job 11 then fits only in leaf2
+    assert steer == [(10, ("node01", "node02", "node03", "node04")), (11, ("node05", "node06"))]
+    assert {c.reason for c in rep.changes if c.field == "req_nodes"} == {"steer"}
+    assert ("enforce", 10, "req_nodes", None, "node[01-04]") in [
+        (e[1], e[3], e[4], e[5], e[6]) for e in audit.entries]
+    assert sorted(h.state.enforced.steer) == [10, 11]
+
+
+def test_steering_is_rolled_back_after_n_cycles_and_not_redone(tmp_path):
+    h, client, audit, _ = make(tmp_path, steer_jobs(), mode="enforce", steering="reqnodes",
+                               steer_jobs=2, steer_min_nodes=2, rollback_cycles=2)
+    h.run_once()   # steer 10, 11
+    h.run_once()   # 1 cycle since
+    assert not [c for c in client.calls if c[0] == "clear_req_nodes"]
+    rep = h.run_once()   # 2 cycles since: roll back both
+    cleared = sorted(c[1] for c in client.calls if c[0] == "clear_req_nodes")
+    assert cleared == [10, 11]
+    assert {(c.job_id, c.reason, c.new) for c in rep.changes if c.field == "req_nodes"} == {
+        (10, "rollback", None), (11, "rollback", None)}
+    assert client.job(10).required_nodes == ()
+    h.run_once()
+    assert len([c for c in client.calls if c[0] == "set_req_nodes"]) == 2  # not steered again
+
+
+def test_started_jobs_are_never_touched_again(tmp_path):
+    h, client, _, stream = make(tmp_path, steer_jobs(), mode="enforce", steering="reqnodes",
+                                steer_jobs=1, steer_min_nodes=2, rollback_cycles=1)
+    h.run_once()
+    client.start(10, ("node01", "node02", "node03", "node04"))
+    client.calls.clear()
+    h.run_once()
+    assert not [c for c in client.calls if c[0] in ("clear_req_nodes",) and c[1] == 10]
+    assert 10 not in h.state.enforced.steer
+    done = [json.loads(x) for x in stream.getvalue().splitlines() if "steering_done" in x]
+    assert done[-1]["job"] == 10 and done[-1]["on_chosen"] is True
+
+
+def test_a_job_that_started_before_the_update_is_refused_and_recorded(tmp_path):
+    class RacingSlurm(FakeSlurm):
+        def set_req_nodes(self, job_id, nodes):
+            self.start(job_id, tuple(nodes))  # the job starts first
+            super().set_req_nodes(job_id, nodes)
+
+    client = RacingSlurm(steer_jobs())
+    h, _, audit, _ = make(tmp_path, [], client=client, mode="enforce", steering="reqnodes",
+                          steer_jobs=1, steer_min_nodes=2)
+    rep = h.run_once()
+    assert [(c.job_id, c.field) for c, _ in rep.failed] == [(10, "req_nodes")]
+    assert "not PENDING" in rep.failed[0][1]
+    assert [e[3] for e in audit.entries if e[1] == "failed"] == [10]
+    assert 10 not in h.state.enforced.steer
+    assert not [c for c in client.calls if c[0] == "set_req_nodes"]
+
+
+def test_shadow_still_rolls_back_real_steering_left_by_enforce(tmp_path):
+    h, client, _, _ = make(tmp_path, steer_jobs(), mode="enforce", steering="reqnodes",
+                           steer_jobs=1, steer_min_nodes=2, rollback_cycles=2)
+    h.run_once()
+    h2, _, audit2, _ = make(tmp_path, [], client=client, mode="shadow", steering="reqnodes",
+                            steer_jobs=1, steer_min_nodes=2, rollback_cycles=2)
+    client.calls.clear()
+    h2.run_once()
+    h2.run_once()
+    real = [c for c in client.calls]
+    assert real == [("clear_req_nodes", 10, None)]  # the only real change in shadow mode
+    assert ("enforce", 10, "req_nodes", "node[01-04]", None) in [
+        (e[1], e[3], e[4], e[5], e[6]) for e in audit2.entries]
+
+
+# ---------------------------------------------------------------------------- failing open
+def test_slurm_timeouts_fail_open_with_backoff(tmp_path):
+    h, client, audit, stream = make(tmp_path, three_jobs(), mode="enforce")
+    client.fail_reads = "timed out after 10 s"
+    rep = h.run_once()
+    assert not rep.ok and "timed out" in rep.error
+    assert client.calls == [] and audit.entries == []
+    assert h.next_delay() == 20.0
+    h.run_once()
+    assert h.next_delay() == 40.0
+    h.run_once()
+    h.run_once()
+    assert h.next_delay() == 80.0  # capped at backoff_max
+    line = [x for x in stream.getvalue().splitlines() if "cycle_failed" in x][-1]
+    rec = json.loads(line)
+    assert rec["level"] == "error" and "timed out" in rec["error"]
+    client.fail_reads = None
+    assert h.run_once().ok
+    assert h.next_delay() == 10.0 and h.state.consecutive_errors == 0 and h.state.errors == 4
+
+
+def test_bad_model_means_idle_and_no_change(tmp_path):
+    calls = []
+
+    def refuse(*a, **k):
+        calls.append(a)
+        raise ModelError("sha256 of /m.onnx is 0000..., the card says 1111...")
+
+    h, client, audit, stream = make(tmp_path, three_jobs(), mode="enforce", loader=refuse)
+    rep = h.run_once()
+    assert not rep.ok and "model unusable" in rep.error and "sha256" in rep.error
+    h.run_once()
+    assert client.calls == [] and audit.entries == []
+    assert len(calls) == 1  # the same bad files are not re-verified every cycle
+    assert h.state.model_status.startswith("invalid: sha256")
+    assert any("model_refused" in x for x in stream.getvalue().splitlines())
+
+
+def test_model_is_reloaded_when_its_file_changes(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"v1")
+    loads = []
+
+    def loader(p, **k):
+        loads.append(p)
+        return linear_model(path=str(p))
+
+    h, _, _, _ = make(tmp_path, three_jobs(), loader=loader, model=str(path))
+    h.run_once()
+    h.run_once()
+    assert len(loads) == 1
+    path.write_bytes(b"version 2")
+    h.run_once()
+    assert len(loads) == 2
+
+
+def test_store_failure_means_no_change_at_all(tmp_path):
+    class DownAudit(MemoryAudit):
+        def record(self, *a, **k):
+            raise ConnectionError("database is locked")
+
+    h, client, _, _ = make(tmp_path, three_jobs(), mode="enforce", audit=DownAudit())
+    rep = h.run_once()
+    assert not rep.ok and "database is locked" in rep.error
+    assert client.calls == []
+    assert h.state.enforced.site == {}
+
+
+def test_scontrol_timeouts_stop_the_batch_and_are_recorded(tmp_path):
+    jobs = [mk_job(i, limit=60 * i) for i in range(1, 7)]
+    client = FakeSlurm(jobs)
+    client.fail_writes = set()  # every write times out
+    h, _, audit, _ = make(tmp_path, [], client=client, mode="enforce")
+    rep = h.run_once()
+    assert not rep.ok and "3 failures in a row" in rep.error
+    assert len(rep.failed) == 3 and rep.applied == []
+    assert [e[1] for e in audit.entries].count("failed") == 3
+    assert h.state.enforced.site == {}  # nothing is believed set
+    client.fail_writes = None
+    rep = h.run_once()
+    assert rep.ok and len(rep.applied) == 5  # job 6 (the last) stays at 0
+
+
+def test_values_written_are_always_inside_the_band(tmp_path):
+    jobs = [mk_job(i, limit=60 * i, age=(i % 3) * 86400 * 2) for i in range(1, 40)]
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce", band_lo=500, band_hi=900,
+                           hysteresis=0, mapping="logit", logit_scale=1e6)
+    h.run_once()
+    values = [v for _, v in site_calls(client)]
+    assert values and all(500 <= v <= 900 for v in values)
+
+
+def test_mode_switch_keeps_would_be_values_apart(tmp_path):
+    h, _, _, _ = make(tmp_path, three_jobs())
+    h.run_once()
+    client = FakeSlurm(three_jobs())
+    h2, _, _, _ = make(tmp_path, [], client=client, mode="enforce")
+    rep = h2.run_once()
+    # shadow values are not mistaken for real ones: the changes are still made
+    assert site_calls(client) == [(2, 100000), (3, 50000)]
+    assert h2.state.shadow.site == {} and rep.ok
+
+
+def test_state_survives_a_restart(tmp_path):
+    h, client, _, _ = make(tmp_path, steer_jobs(), mode="enforce", steering="reqnodes",
+                           steer_jobs=1, steer_min_nodes=2, rollback_cycles=2)
+    h.run_once()
+    h2, _, _, _ = make(tmp_path, [], client=client, mode="enforce", steering="reqnodes",
+                       steer_jobs=1, steer_min_nodes=2, rollback_cycles=2)
+    assert sorted(h2.state.enforced.steer) == [10]
+    h2.run_once()
+    h2.run_once()
+    assert ("clear_req_nodes", 10, None) in client.calls
+
+
+@pytest.mark.parametrize("mode", ["shadow", "enforce"])
+def test_metrics_and_status_counters(tmp_path, mode):
+    h, _, _, _ = make(tmp_path, three_jobs(), mode=mode)
+    h.run_once()
+    assert h.metrics.get("cycles_total") == 1.0
+    assert h.metrics.get("jobs_scored") == 3.0
+    assert h.metrics.get("changes_total", field="site_factor", mode=mode) == 2.0
+    assert h.metrics.get("model_ok") == 1.0
+    assert h.metrics.get("model_age_seconds") == 86400.0
+    assert h.metrics.get("enforce") == (1.0 if mode == "enforce" else 0.0)
+
+
+def test_shadow_rollback_is_virtual(tmp_path):
+    h, client, audit, _ = make(tmp_path, steer_jobs(), steering="reqnodes", steer_jobs=1,
+                               steer_min_nodes=2, rollback_cycles=1)
+    h.run_once()
+    h.run_once()
+    assert client.calls == []
+    kinds = [(e[1], e[3], e[4], e[6]) for e in audit.entries if e[4] == "req_nodes"]
+    # cycle 1 steers job 10; cycle 2 rolls it back (virtually) and steers the next job
+    assert kinds == [("shadow", 10, "req_nodes", "node[01-04]"),
+                     ("shadow", 10, "req_nodes", None), ("shadow", 11, "req_nodes", "node[01-02]")]
+    assert dataclasses.asdict(h.state.enforced) == {"site": {}, "steer": {}, "rolled_back": {}}

@@ -1,0 +1,156 @@
+"""slurm_plugin.helper.decide: ranking to site factors, starvation, hysteresis, steering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_plugin import features as F
+from slurm_plugin.helper import decide as D
+
+RULE = D.SiteFactorRule(lo=0, hi=100, hysteresis=5, starvation_limit=1000, max_changes=10)
+
+
+def test_rank_values_by_hand():
+    # scores 3 > 2 > 1 -> ranks 0, 1, 2 -> 100, 50, 0
+    assert D.rank_values(np.array([3.0, 1.0, 2.0]), RULE).tolist() == [100, 0, 50]
+    # ties share the best rank's value
+    assert D.rank_values(np.array([2.0, 2.0, 1.0]), RULE).tolist() == [100, 100, 0]
+    # one job gets the top, none gives nothing
+    assert D.rank_values(np.array([-7.0]), RULE).tolist() == [100]
+    assert D.rank_values(np.array([]), RULE).tolist() == []
+    # five jobs over 0..100: step 25
+    r = D.SiteFactorRule(lo=1000, hi=1100)
+    assert D.rank_values(np.array([5.0, 4, 3, 2, 1]), r).tolist() == [1100, 1075, 1050, 1025, 1000]
+
+
+def test_logit_values_by_hand():
+    r = D.SiteFactorRule(lo=0, hi=100, mapping="logit", logit_scale=10.0, logit_center=0.5)
+    # 50 + 10 * logit, clipped; masked -> lo
+    got = D.logit_values(np.array([2.0, -10.0, 0.4, 9.0, -1e9]), r)
+    assert got.tolist() == [70, 0, 54, 100, 0]
+
+
+def test_targets_starving_jobs_go_to_the_top():
+    values, starving = D.targets(np.array([1.0, 2.0, 3.0]), np.array([10.0, 5000.0, 1.0]), RULE)
+    assert starving.tolist() == [False, True, False]
+    assert values.tolist() == [0, 100, 100]  # rank gives [0, 50, 100]; job 2 starving
+
+
+def test_plan_respects_hysteresis_and_orders_head_first():
+    ids = np.array([11, 12, 13, 14])
+    values = np.array([100, 66, 33, 0])
+    current = np.array([97, 0, 33, 10])       # |diff| = 3, 66, 0, 10
+    starving = np.array([False, False, False, False])
+    order = np.array([0, 1, 2, 3])
+    changes, deferred = D.plan_site_factors(ids, values, starving, current, order, RULE)
+    assert [(c.job_id, c.old, c.new) for c in changes] == [(12, 0, 66), (14, 10, 0)]
+    assert deferred == 0
+
+
+def test_plan_starving_first_and_max_changes():
+    rule = D.SiteFactorRule(lo=0, hi=100, hysteresis=5, max_changes=2)
+    ids = np.array([1, 2, 3, 4])
+    values = np.array([100, 50, 0, 100])
+    current = np.array([0, 0, 50, 98])  # job 4: starving, within hysteresis but not at top
+    starving = np.array([False, False, False, True])
+    order = np.array([0, 1, 2, 3])
+    changes, deferred = D.plan_site_factors(ids, values, starving, current, order, rule)
+    assert [c.job_id for c in changes] == [4, 1]
+    assert changes[0].reason == "starvation" and changes[1].reason == "policy"
+    assert deferred == 2
+
+
+def test_plan_clips_to_the_band():
+    changes, _ = D.plan_site_factors(np.array([1]), np.array([10**9]), np.array([False]),
+                                     np.array([0]), np.array([0]), RULE)
+    assert changes[0].new == 100
+
+
+def test_policy_order_breaks_ties_by_arrival_then_id():
+    order = D.policy_order(np.array([1.0, 2.0, 1.0, 1.0]), np.array([30, 5, 10, 10]),
+                           np.array([4, 3, 2, 1]))
+    assert order.tolist() == [1, 3, 2, 0]
+
+
+def test_rule_refuses_bad_band_and_mapping():
+    with pytest.raises(ValueError, match="band_lo"):
+        D.SiteFactorRule(lo=5, hi=5)
+    with pytest.raises(ValueError, match="mapping"):
+        D.SiteFactorRule(mapping="magic")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=60),
+       st.integers(-10**6, 10**6), st.integers(1, 10**6), st.sampled_from(sorted(D.MAPPINGS)))
+def test_mappings_stay_in_band_and_follow_the_scores(scores, lo, width, mapping):
+    rule = D.SiteFactorRule(lo=lo, hi=lo + width, mapping=mapping, logit_scale=7.0)
+    s = np.array(scores)
+    v = D.MAPPINGS[mapping](s, rule)
+    assert v.dtype == np.int64
+    assert (v >= rule.lo).all() and (v <= rule.hi).all()
+    order = np.argsort(-s, kind="stable")
+    # a higher score never gets a lower site factor
+    assert (np.diff(v[order]) <= 0).all()
+
+
+# ---------------------------------------------------------------------------- steering
+def _nodes():
+    # 6 nodes: leaf 0 = 0,1,2 (node 2 busy), leaf 1 = 3,4,5
+    return F.NodesRaw.build(cap_c=[8] * 6, cap_g=[4] * 6, cap_m=[0] * 6,
+                            free_c=[8, 8, 0, 8, 8, 8], free_g=[4, 4, 0, 4, 4, 4],
+                            free_m=[0] * 6, idle=[1, 1, 0, 1, 1, 1], up=[1] * 6,
+                            remaining=[0] * 6, leaf=[0, 0, 0, 1, 1, 1])
+
+
+def _jobs(nodes, gpus):
+    n = len(nodes)
+    return F.JobsRaw.build(job_id=list(range(1, n + 1)), eligible=[0] * n, limit=[60] * n,
+                           nodes=nodes, cpus=[1] * n, gpus=gpus, mem=[0] * n,
+                           exclusive=[False] * n, user=[0] * n, est_run=[1] * n,
+                           usage_share=[0] * n, locality=[0] * n)
+
+
+def _compact(row, cands):
+    return int(np.argmin(cands.leaves))
+
+
+def test_steer_takes_nodes_before_the_next_job():
+    nodes = _nodes()
+    jobs = _jobs([3, 3], [4, 4])  # each needs 3 nodes with all 4 GPUs free
+    all_ok = np.ones(6, dtype=bool)
+    got = D.steer(jobs, nodes, [0, 1], np.array([True, True]), np.array([True, True]),
+                  lambda r: all_ok, _compact, max_jobs=4)
+    # job 0 fills leaf 1 (the only leaf with 3 free nodes); job 1 no longer fits
+    assert [(c.row, c.nodes, c.leaves) for c in got] == [(0, (3, 4, 5), 1)]
+
+
+def test_steer_respects_order_limits_and_masks():
+    nodes = _nodes()
+    jobs = _jobs([1, 2, 1, 1], [1, 1, 1, 1])
+    all_ok = np.ones(6, dtype=bool)
+    may = np.array([True, True, False, True])
+    fits = np.array([True, True, True, True])
+    got = D.steer(jobs, nodes, [1, 2, 3, 0], may, fits, lambda r: all_ok, _compact,
+                  max_jobs=2, min_nodes=1)
+    assert [c.row for c in got] == [1, 3]  # row 2 may not be steered
+    got = D.steer(jobs, nodes, [1, 2, 3, 0], may, fits, lambda r: all_ok, _compact,
+                  max_jobs=5, min_nodes=2)
+    assert [c.row for c in got] == [1]
+    # the allowed mask keeps a job off leaf 1
+    only_leaf0 = np.array([1, 1, 1, 0, 0, 0], dtype=bool)
+    got = D.steer(jobs, nodes, [0], may, fits, lambda r: only_leaf0, _compact, max_jobs=1)
+    assert set(got[0].nodes) <= {0, 1}
+
+
+def test_steer_skips_jobs_that_do_not_fit_and_checks_the_choice():
+    nodes = _nodes()
+    jobs = _jobs([1], [1])
+    ok = np.ones(6, dtype=bool)
+    assert D.steer(jobs, nodes, [0], np.array([True]), np.array([False]), lambda r: ok,
+                   _compact, max_jobs=1) == []
+    with pytest.raises(ValueError, match="candidate"):
+        D.steer(jobs, nodes, [0], np.array([True]), np.array([True]), lambda r: ok,
+                lambda r, c: 99, max_jobs=1)
