@@ -22,6 +22,7 @@ import click
 from slurm_plugin.when import parse_span, parse_when
 
 from .sim.policies import BASELINES
+from .sim.speed import SPEED_MODELS
 
 __all__ = ["SimulateConfig", "compare", "resolve", "run_baselines", "simulate"]
 
@@ -57,6 +58,9 @@ class SimulateConfig:
         bf_window: Backfill planning window in minutes (default: config, else 1440).
         bf_max_job_test: Jobs tested per backfill pass (default: config, else 500).
         placement: Node selection: ``tree`` (topology/tree best fit) or ``linear``.
+        speed_model: How run times depend on placement (``trainer.sim.speed``):
+            ``none`` (as recorded), ``locality`` (slower when spread over servers and
+            leaf switches) or ``bandwidth`` (also slower on links shared with others).
         seed: Seed of the replay's random generator.
     """
 
@@ -80,6 +84,7 @@ class SimulateConfig:
     bf_window: int | None = None
     bf_max_job_test: int | None = None
     placement: str = "tree"
+    speed_model: str = "none"
     seed: int = 0
 
 
@@ -131,6 +136,11 @@ def _input_options(fn: F) -> F:
                      help="Pending jobs tested per backfill pass (default: config, else 500)."),
         click.option("--placement", type=click.Choice(["tree", "linear"]),
                      help="Node selection: topology/tree best fit (default) or linear."),
+        click.option("--speed-model", type=click.Choice(list(SPEED_MODELS)),
+                     help="How run times depend on placement: none (as recorded, default),"
+                          " locality (slower when spread over servers and leaf switches,"
+                          " per job sensitivity) or bandwidth (locality, plus slower on"
+                          " links shared with other jobs)."),
         click.option("--seed", type=int, help="Seed of the replay's random generator."),
     ]
     for opt in reversed(opts):
@@ -221,7 +231,7 @@ def run_baselines(prep: _Prepared, names: list[str], *, progress: bool = False
 
     results: dict[str, Any] = {}
     ms: dict[str, dict[str, Any]] = {}
-    eng = EngineOptions(seed=prep.cfg.seed)
+    eng = EngineOptions(seed=prep.cfg.seed, speed_model=prep.cfg.speed_model)
 
     def one(name: str) -> None:
         b = BASELINES[name]
@@ -248,6 +258,8 @@ def run_baselines(prep: _Prepared, names: list[str], *, progress: bool = False
 
 
 def _resolved(prep: _Prepared, names: list[str]) -> dict[str, Any]:
+    from .sim.speed import make_speed_model
+
     c = prep.cluster
     return {
         "command": dataclasses.asdict(prep.cfg),
@@ -257,6 +269,7 @@ def _resolved(prep: _Prepared, names: list[str]) -> dict[str, Any]:
                     "gpus": c.total_gpus, "leaves": c.num_leaves, "has_tree": c.has_tree,
                     "partitions": list(c.part_names)},
         "scheduler": prep.options.to_dict(),
+        "speed_model": make_speed_model(prep.cfg.speed_model).to_dict(),
         "priority": prep.priority.to_dict(),
         "baselines": {n: dataclasses.asdict(BASELINES[n]) for n in names},
     }

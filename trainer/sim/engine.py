@@ -491,6 +491,7 @@ class Simulator:
             run = self._run[j]
         else:
             run = self.speed.run_time(self.jobs, self.cluster, j, nodes, nl)
+            self.speed.on_start(j, nodes, nl, t)
         aend = t + run
         exp = t + self._limit[j]
         st = self.state
@@ -529,6 +530,8 @@ class Simulator:
         else:
             self.state.release_shared(self.job_slots.pop(j))
             excl = False
+        if not self._fast_speed:
+            self.speed.on_finish(j, t)
         if self.track_usage:
             sh = self._sh[self._shape[j]]
             cpus = (self._cap_c if excl else sh[2]) * self._nodes[j]
