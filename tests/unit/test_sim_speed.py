@@ -33,7 +33,7 @@ from trainer.sim.speed import (
     spread_factor,
 )
 from trainer.sim.state import Cluster, build_jobs, record_locality
-from trainer.sim.workload import WorkloadConfig, default_cluster, generate
+from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
 
 T0 = 1_699_999_980
 
@@ -241,10 +241,10 @@ def synthetic(seed: int = 3, **kw):
                          sizes=((1, 0.3), (4, 0.2), (8, 0.2), (16, 0.2), (32, 0.1)), **kw)
     sj = generate(cfg)
     spec = default_cluster(cfg)
-    names = [n.name for n in spec.nodes]
-    recs = [j.to_record(j.submit_time, names[:j.req_nodes]) for j in sj]
     cl = Cluster.from_spec(spec)
-    return build_jobs(recs, cl, locality={j.job_id: j.locality_sensitivity for j in sj}), cl
+    jobs = build_jobs(replay_records(sj, spec), cl,
+                      locality={j.job_id: j.locality_sensitivity for j in sj})
+    return jobs, cl
 
 
 def replay(model: str, placement: str = "tree", seed: int = 3):
