@@ -316,17 +316,22 @@ def fits_now(jobs: JobsRaw, nodes: NodesRaw) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     if not nodes.n:
         return np.zeros(jobs.n, dtype=bool)
-    shape = np.stack([jobs.exclusive.astype(np.int64), jobs.cpus, jobs.gpus, jobs.mem], axis=1)
-    uniq, inv = np.unique(shape, axis=0, return_inverse=True)
+    # one int64 key per request shape: a 1-D unique is far cheaper than unique(axis=0)
+    c = np.clip(jobs.cpus, 0, (1 << 20) - 1)
+    g = np.clip(jobs.gpus, 0, (1 << 10) - 1)
+    m = np.clip(jobs.mem, 0, (1 << 32) - 1)
+    key = (((jobs.exclusive.astype(np.int64) << 20 | c) << 10 | g) << 32) | m
+    uniq, inv = np.unique(key, return_inverse=True)
     up = nodes.up
     count = np.empty(len(uniq), dtype=np.int64)
-    for k, (excl, c, g, m) in enumerate(uniq.tolist()):
+    for k, kv in enumerate(uniq.tolist()):
+        excl, kc, kg, km = kv >> 62, (kv >> 42) & 0xFFFFF, (kv >> 32) & 0x3FF, kv & 0xFFFFFFFF
         if excl:
             ok = up & nodes.idle
         else:
-            ok = up & (nodes.free_c >= c) & (nodes.free_g >= g)
-            if m:
-                ok &= nodes.free_m >= m
+            ok = up & (nodes.free_c >= kc) & (nodes.free_g >= kg)
+            if km:
+                ok &= nodes.free_m >= km
         count[k] = int(np.count_nonzero(ok))
     out: np.ndarray = count[inv.reshape(-1)] >= jobs.nodes
     return out
@@ -443,6 +448,8 @@ class UserHistory:
         self.norm = norm or Normalisation()
         self._users: dict[Any, _UserStats] = {}
         self._decay = math.log(2.0) / self.norm.usage_half_life
+        #: Bumped by every :meth:`record` (a cache of estimates is valid for one version).
+        self.version = 0
 
     def _get(self, user: Any) -> _UserStats:
         st = self._users.get(user)
@@ -453,6 +460,7 @@ class UserHistory:
     def record(self, user: Any, end: int, run: int, limit: int, cpus: int,
                leaves: int = 1) -> None:
         """One finished job: its user, end time, run time, limit, CPUs, leaf switches."""
+        self.version += 1
         st = self._get(user)
         lim = limit if limit > 0 else self.norm.unknown_limit
         ratio = min(1.0, max(0.0, run / lim))

@@ -21,7 +21,9 @@ import click
 
 from slurm_plugin.when import parse_span, parse_when
 
+from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
+from .sim.speed import SPEED_MODELS
 
 __all__ = ["SimulateConfig", "compare", "resolve", "run_baselines", "simulate"]
 
@@ -56,7 +58,12 @@ class SimulateConfig:
         bf_resolution: Backfill time resolution, s (default: config, else 60).
         bf_window: Backfill planning window in minutes (default: config, else 1440).
         bf_max_job_test: Jobs tested per backfill pass (default: config, else 500).
-        placement: Node selection: ``tree`` (topology/tree best fit) or ``linear``.
+        placement: Node selection (``trainer.sim.placement.PLACEMENTS``: ``tree``,
+            topology/tree best fit; ``linear``; ``pack``; ``gandiva``; ``random``) of the
+            baselines that do not name their own (``gandiva``, ``sched2-pack`` do).
+        speed_model: How run times depend on placement (``trainer.sim.speed``):
+            ``none`` (as recorded), ``locality`` (slower when spread over servers and
+            leaf switches) or ``bandwidth`` (also slower on links shared with others).
         seed: Seed of the replay's random generator.
     """
 
@@ -80,6 +87,7 @@ class SimulateConfig:
     bf_window: int | None = None
     bf_max_job_test: int | None = None
     placement: str = "tree"
+    speed_model: str = "none"
     seed: int = 0
 
 
@@ -129,8 +137,14 @@ def _input_options(fn: F) -> F:
                      help="Backfill window in minutes (default: config, else 1440)."),
         click.option("--bf-max-job-test", type=click.IntRange(min=1),
                      help="Pending jobs tested per backfill pass (default: config, else 500)."),
-        click.option("--placement", type=click.Choice(["tree", "linear"]),
-                     help="Node selection: topology/tree best fit (default) or linear."),
+        click.option("--placement", type=click.Choice(list(PLACEMENTS)),
+                     help="Node selection of baselines that name none: topology/tree best"
+                          " fit (default), linear, pack, gandiva or random."),
+        click.option("--speed-model", type=click.Choice(list(SPEED_MODELS)),
+                     help="How run times depend on placement: none (as recorded, default),"
+                          " locality (slower when spread over servers and leaf switches,"
+                          " per job sensitivity) or bandwidth (locality, plus slower on"
+                          " links shared with other jobs)."),
         click.option("--seed", type=int, help="Seed of the replay's random generator."),
     ]
     for opt in reversed(opts):
@@ -221,11 +235,11 @@ def run_baselines(prep: _Prepared, names: list[str], *, progress: bool = False
 
     results: dict[str, Any] = {}
     ms: dict[str, dict[str, Any]] = {}
-    eng = EngineOptions(seed=prep.cfg.seed)
+    eng = EngineOptions(seed=prep.cfg.seed, speed_model=prep.cfg.speed_model)
 
     def one(name: str) -> None:
         b = BASELINES[name]
-        policy = make_policy(b.policy, prep.priority, prep.options.placement)
+        policy = make_policy(b.policy, prep.priority, b.placement or prep.options.placement)
         opts = replace(prep.options, backfill=prep.options.backfill if b.backfill is None
                        else b.backfill)
         r = Simulator(prep.jobs, prep.cluster, policy, opts, eng).run()
@@ -248,6 +262,8 @@ def run_baselines(prep: _Prepared, names: list[str], *, progress: bool = False
 
 
 def _resolved(prep: _Prepared, names: list[str]) -> dict[str, Any]:
+    from .sim.speed import make_speed_model
+
     c = prep.cluster
     return {
         "command": dataclasses.asdict(prep.cfg),
@@ -257,6 +273,7 @@ def _resolved(prep: _Prepared, names: list[str]) -> dict[str, Any]:
                     "gpus": c.total_gpus, "leaves": c.num_leaves, "has_tree": c.has_tree,
                     "partitions": list(c.part_names)},
         "scheduler": prep.options.to_dict(),
+        "speed_model": make_speed_model(prep.cfg.speed_model).to_dict(),
         "priority": prep.priority.to_dict(),
         "baselines": {n: dataclasses.asdict(BASELINES[n]) for n in names},
     }
@@ -318,8 +335,10 @@ def simulate(policy: str | None, json_: bool | None, **kwargs: Any) -> None:
 def compare(json_: bool | None, **kwargs: Any) -> None:
     """Replay the same jobs under every baseline and print one comparison table.
 
-    Baselines: slurm (as configured), fifo, fifo-nobf, sjf, sjf-nobf. With --out,
-    writes compare.json (one metrics object per baseline), config.json and plots.
+    Baselines: slurm (as configured), fifo, sjf (with and without backfill), the seed
+    heuristics sif, saf, dsif, lrf, spf, tetris, drf, random, and the placements
+    gandiva and sched2-pack. With --out, writes compare.json (one metrics object per
+    baseline), config.json and plots.
     """
     cfg = resolve(json=json_, **kwargs)
     prep = _prepare(cfg)

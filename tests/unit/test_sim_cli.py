@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_plugin import cli
+from trainer.sim.policies import BASELINES
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
@@ -67,10 +68,12 @@ def test_simulate_json_with_slurm_config(tmp_path):
 def test_compare_runs_every_baseline(tmp_path):
     out = tmp_path / "cmp"
     res = _run("compare", "--trace", str(LUBLIN), "--limit", "2000", "--out", str(out))
-    for name in ("slurm", "fifo", "fifo-nobf", "sjf", "sjf-nobf"):
+    for name in BASELINES:
         assert name in res.output
     data = json.loads((out / "compare.json").read_text())
-    assert [m["policy"] for m in data] == ["slurm", "fifo", "fifo-nobf", "sjf", "sjf-nobf"]
+    assert [m["policy"] for m in data] == list(BASELINES)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["baselines"]["gandiva"]["placement"] == "gandiva"
     by = {m["policy"]: m for m in data}
     # backfill helps FIFO on this trace
     assert by["fifo"]["wait_s"]["mean"] < by["fifo-nobf"]["wait_s"]["mean"]

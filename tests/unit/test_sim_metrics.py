@@ -114,14 +114,9 @@ def test_series_are_time_weighted_and_bounded():
 
 
 def test_plot_without_matplotlib_returns_none(monkeypatch, tmp_path):
-    import builtins
+    import sys
 
-    real = builtins.__import__
-
-    def no_mpl(name, *a, **k):
-        if name.split(".")[0] == "matplotlib":
-            raise ImportError("no matplotlib")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    # a None entry in sys.modules makes any import of it raise ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     assert metrics.plot({}, tmp_path) is None

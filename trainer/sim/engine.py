@@ -7,8 +7,9 @@ Events
     exactly. Arrivals come from the job table, already sorted by (eligible time, submit
     time, job id), and are merged in between: at one time, completions free their
     resources first, then jobs arrive, then timers fire, then one scheduling pass runs.
-    Randomness (none of this slice's policies use it) comes from one generator seeded
-    from :attr:`EngineOptions.seed`: the same trace and seed give identical results.
+    Randomness comes from one generator seeded from :attr:`EngineOptions.seed` (the
+    ``random`` policy draws from it; placements that draw derive theirs from the seed,
+    the node state's version and the job): the same trace and seed give identical results.
 
 Scheduling pass (at every event time where something changed)
     1. *Priorities*: a ``dynamic`` policy (Slurm's multifactor with age or fair-share)
@@ -314,7 +315,7 @@ class Simulator:
     def _ctx(self, now: int) -> ScoreContext:
         if self.track_usage:
             self._usage_to(now)
-        return ScoreContext(now, self.cluster, self.state, self.usage, self.rng)
+        return ScoreContext(now, self.cluster, self.state, self.usage, self.rng, self.speed)
 
     def _usage_to(self, now: int) -> None:
         dt = now - self.usage_t
@@ -467,7 +468,8 @@ class Simulator:
         leaf_counts = None
         if excl and self.cluster.part_all[p] and all(r.whole for r in view):
             leaf_counts = self.state.leaf_idle
-        res = self.policy.place(self.cluster, self.state, mask, Request(n, c, g, excl),
+        res = self.policy.place(self.cluster, self.state, mask,
+                                Request(n, c, g, excl, j, t, self.eng.seed),
                                 leaf_counts)
         if res is None:
             return None
@@ -491,6 +493,7 @@ class Simulator:
             run = self._run[j]
         else:
             run = self.speed.run_time(self.jobs, self.cluster, j, nodes, nl)
+            self.speed.on_start(j, nodes, nl, t)
         aend = t + run
         exp = t + self._limit[j]
         st = self.state
@@ -529,6 +532,8 @@ class Simulator:
         else:
             self.state.release_shared(self.job_slots.pop(j))
             excl = False
+        if not self._fast_speed:
+            self.speed.on_finish(j, t)
         if self.track_usage:
             sh = self._sh[self._shape[j]]
             cpus = (self._cap_c if excl else sh[2]) * self._nodes[j]
@@ -744,8 +749,9 @@ class Simulator:
         shadow = int(np.partition(ready, n - 1)[n - 1])
         if shadow >= _INF or shadow - t > self.opt.bf_window:
             return None
-        res = self.policy.place(cl, st, ready <= shadow, Request(n, c, g, excl))
-        if res is None:  # pragma: no cover - at least n nodes are usable
+        res = self.policy.place(cl, st, ready <= shadow,
+                                Request(n, c, g, excl, j, t, self.eng.seed))
+        if res is None:  # n nodes are usable, but a policy may refuse (dsif delays)
             return None
         nodes = res[0]
         fc, fg, fm = self._free_at(nodes, shadow, t)

@@ -4,9 +4,11 @@ Per job (times from the job's eligible time, which is the submit time for traces
 
 - ``wait`` = start - eligible; ``run`` = end - start; ``jct`` = wait + run;
 - bounded slowdown ``bsld = max(1, (wait + run) / max(run, tau))``, ``tau`` = 10 s;
-- execution effectiveness (SCHED², eq. 2) ``E = T_ideal / (T_wait + T_actual)``: with the
-  ``none`` speed model the ideal and actual run times are both the recorded run time, so
-  ``E = run / (wait + run)`` (1 for a zero-length job that did not wait, 0 if it did).
+- execution effectiveness (SCHED², eq. 2) ``E = T_ideal / (T_wait + T_actual)``: the
+  ideal run time is the recorded one (what the speed models read as the job's run time
+  on its best placement), the actual one ``end - start``; with the ``none`` speed model
+  both are the recorded run time, so ``E = run / (wait + run)`` (1 for a zero-length job
+  that did not wait, 0 if it did).
 
 Per run: mean/median/p95/p99/max of wait, run, JCT and bsld; makespan (last end - first
 arrival); node, CPU and GPU utilisation over time (time-weighted means and a series);
@@ -101,7 +103,8 @@ def job_metrics(result: SimResult) -> dict[str, np.ndarray]:
     run = (result.end - result.start).astype(np.float64)
     jct = wait + run
     bsld = np.maximum(1.0, jct / np.maximum(run, TAU))
-    eff = np.where(jct > 0, run / np.where(jct > 0, jct, 1.0), 1.0)
+    ideal = jobs.run.astype(np.float64)
+    eff = np.where(jct > 0, ideal / np.where(jct > 0, jct, 1.0), 1.0)
     return {"wait": wait, "run": run, "jct": jct, "bsld": bsld, "effectiveness": eff}
 
 

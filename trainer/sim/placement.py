@@ -17,6 +17,37 @@ Registered placements (:data:`PLACEMENTS`):
   GPUs, then CPUs, then the lowest index (packing: a 1-GPU job goes where GPUs are
   already in use). Ties go to the lowest leaf/node index, so a replay is repeatable.
 - ``"linear"``: no topology: best fit over all usable nodes as within a leaf above.
+- ``"pack"``: SCHED²'s *packing* (§II-B: "allocate as few servers as possible with as
+  few free GPUs as possible": the server with the fewest free GPUs that satisfies the
+  demand, else the one with the most free GPUs and the rest by the same rule), lifted to
+  this cluster model, where a request fixes its node count and per-node amounts. The
+  job goes to one leaf switch when one has enough usable nodes; among those, the leaf
+  where it strands the fewest resources: first the least capacity opened on idle nodes
+  (an idle node it takes is left with free GPUs no whole-node job can use), then the
+  fewest free GPUs left on the nodes it takes (the tightest fit), then the fullest leaf
+  (fewest free GPUs on its usable nodes), then the lowest index. Within the leaf, best
+  fit as ``"tree"``. A job no leaf holds takes leaves by decreasing usable count and
+  the remainder from the leaf that fits it best (SCHED²'s "most free GPUs first", as
+  ``"tree"`` does, without its upper-switch bound). "GPUs" read "CPUs" for a request
+  without GPUs; a whole-node request picks the leaf with the fewest idle nodes.
+- ``"gandiva"``: Gandiva's ``getNodes`` (Algorithm 1), mapped onto this model: a
+  server is a node, and a node's *affinity* is the per-node GPU count of the shared-node
+  jobs running on it (Gandiva: "the type of jobs (based on GPUs required) assigned to
+  that server"; a job of ``n`` nodes x ``g`` GPUs has affinity ``g``; without GPUs, the
+  per-node CPU count of GPU-less jobs). A node hosting several kinds of jobs (after the
+  relaxed case below) has each of their affinities; an idle node has affinity 0. Steps:
+  (1) the usable nodes of the job's affinity, least loaded first (load: the share of the
+  node's GPUs in use, Gandiva's *height*; ties to the lowest index), when there are
+  enough of them; (2) else idle (un-affinitised) usable nodes, chosen by ``"tree"``
+  best fit so the job keeps its leaf locality; (3) else any usable nodes, least loaded
+  first ("relax affinity constraint"). Over-subscription (suspend/resume, Gandiva's
+  lines 11-12) is not modelled: with fewer usable nodes than asked the job waits, as
+  in Gandiva's line 14. Whole-node requests have no affinity (every usable node is
+  idle): ``"tree"``.
+- ``"random"``: ``nodes`` usable nodes drawn uniformly without replacement. The draw
+  is a pure function of the replay seed, the node state's version and the job
+  (:attr:`Request.seed`, :attr:`NodeState.version`, :attr:`Request.job`), so a replay
+  repeats exactly however often the engine asks, and a different seed draws differently.
 """
 
 from __future__ import annotations
@@ -28,7 +59,17 @@ import numpy as np
 
 from .state import BIG, Cluster, NodeState
 
-__all__ = ["PLACEMENTS", "Placement", "Request", "linear_best_fit", "tree_best_fit"]
+__all__ = [
+    "PLACEMENTS",
+    "Placement",
+    "Request",
+    "best_leaf_span",
+    "gandiva_affinity",
+    "linear_best_fit",
+    "pack",
+    "random_nodes",
+    "tree_best_fit",
+]
 
 
 class Request(NamedTuple):
@@ -39,12 +80,20 @@ class Request(NamedTuple):
         cpus: CPUs per node (0 for whole nodes).
         gpus: GPUs per node.
         exclusive: Whole-node request (every usable node is idle: no best fit needed).
+        job: The job's row in the job table (-1: not known, e.g. a what-if placement).
+        now: Time of the decision, epoch s (a reservation's placement is still asked
+            now, for its shadow time).
+        seed: The replay's seed (:attr:`~trainer.sim.engine.EngineOptions.seed`), for
+            placements that draw at random.
     """
 
     nodes: int
     cpus: int
     gpus: int
     exclusive: bool
+    job: int = -1
+    now: int = 0
+    seed: int = 0
 
 
 #: ``(cluster, state, usable mask, request, usable per leaf or None) -> (sorted node
@@ -193,8 +242,132 @@ def tree_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: R
     return nodes, k + 1
 
 
+def _span(cluster: Cluster, nodes: np.ndarray) -> int:
+    """Leaf switches ``nodes`` span."""
+    return int(np.unique(cluster.leaf_of[nodes]).size)
+
+
+def best_leaf_span(cluster: Cluster, n: int) -> int:
+    """The fewest leaf switches any ``n`` nodes of the cluster can span (best locality)."""
+    cs = np.cumsum(np.sort(cluster.leaf_size)[::-1])
+    return int(min(int(np.searchsorted(cs, n)) + 1, cs.size))
+
+
+def _key(cluster: Cluster, state: NodeState, req: Request) -> tuple[np.ndarray, np.ndarray]:
+    """Free amount and capacity per node of the resource a request is packed by.
+
+    GPUs for a request with GPUs, else CPUs (SCHED² and Gandiva count GPUs).
+    """
+    if req.gpus:
+        return state.free_g, cluster.cap_g
+    return state.free_c, cluster.cap_c
+
+
+def pack(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+         leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+    """SCHED²'s packing placement (see the module docstring)."""
+    n = req.nodes
+    starts = cluster.leaf_start
+    if starts.size == 1:
+        idx = np.flatnonzero(usable)
+        if idx.size < n:
+            return None
+        return _best(state, idx, n, req), 1
+    cnt = (leaf_counts if leaf_counts is not None
+           else np.add.reduceat(usable.view(np.int8), starts, dtype=np.int64))
+    fits = cnt >= n
+    if fits.any():
+        if req.exclusive:  # every usable node is idle: the leaf with the fewest of them
+            leaf = int(np.where(fits, cnt, BIG).argmin())
+            lo = int(starts[leaf])
+            idx = lo + np.flatnonzero(usable[lo:lo + int(cluster.leaf_size[leaf])])
+            return idx[:n], 1
+        free, cap = _key(cluster, state, req)
+        idx = np.flatnonzero(usable)
+        lf = cluster.leaf_of[idx]
+        keep = fits[lf]
+        idx, lf = idx[keep], lf[keep]
+        # best fit within each leaf, as _best orders nodes (leaf-major)
+        if req.gpus:
+            order = np.lexsort((idx, state.free_c[idx], state.free_g[idx], lf))
+        else:
+            order = np.lexsort((idx, state.free_c[idx], lf))
+        idx, lf = idx[order], lf[order]
+        rank = np.arange(idx.size) - np.searchsorted(lf, lf, side="left")
+        take = rank < n
+        ci, cl = idx[take], lf[take]
+        nl = cluster.num_leaves
+        opened = np.bincount(cl, weights=np.where(state.idle[ci], cap[ci], 0), minlength=nl)
+        tight = np.bincount(cl, weights=free[ci], minlength=nl)
+        fuller = np.bincount(lf, weights=free[idx], minlength=nl)
+        cand = np.flatnonzero(fits)
+        o = np.lexsort((cand, fuller[cand], tight[cand], opened[cand]))
+        leaf = int(cand[o[0]])
+        return np.sort(ci[cl == leaf]), 1
+    picked = _cover_sorted(cnt, n)
+    if picked is None:
+        return None
+    full, choice, rem = picked
+    whole = _leaf_nodes(cluster, usable, full)
+    lo = int(starts[choice])
+    idx = lo + np.flatnonzero(usable[lo:lo + int(cluster.leaf_size[choice])])
+    nodes = np.concatenate((whole, _best(state, idx, rem, req)))
+    nodes.sort()
+    return nodes, int(full.size) + 1
+
+
+def _least_loaded(cluster: Cluster, state: NodeState, idx: np.ndarray, n: int,
+                  req: Request) -> np.ndarray:
+    """The ``n`` nodes of ``idx`` with the smallest share of their GPUs (CPUs) in use."""
+    free, cap = _key(cluster, state, req)
+    c = cap[idx].astype(np.float64)
+    load = (c - free[idx]) / np.maximum(c, 1.0)
+    order = np.lexsort((idx, load))
+    return np.sort(idx[order[:n]])
+
+
+def gandiva_affinity(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+                     leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+    """Gandiva's affinity placement, ``getNodes`` (see the module docstring)."""
+    n = req.nodes
+    if req.exclusive:
+        return tree_best_fit(cluster, state, usable, req, leaf_counts)
+    idx = np.flatnonzero(usable)
+    if idx.size < n:
+        return None
+    rows = state.live_rows()
+    if req.gpus:
+        same = rows[state.row_g[rows] == req.gpus]
+    else:
+        same = rows[(state.row_g[rows] == 0) & (state.row_c[rows] == req.cpus)]
+    affine = np.zeros(cluster.num_nodes, dtype=bool)
+    affine[state.row_node[same]] = True
+    cand = idx[affine[idx]]
+    if cand.size >= n:  # same affinity, least loaded (lines 1-2, 5-6)
+        nodes = _least_loaded(cluster, state, cand, n, req)
+        return nodes, _span(cluster, nodes)
+    if int(np.count_nonzero(state.idle[idx])) >= n:  # unallocated servers (lines 3, 7-8)
+        return tree_best_fit(cluster, state, usable & state.idle, req)
+    nodes = _least_loaded(cluster, state, idx, n, req)  # relax affinity (lines 4, 9-10)
+    return nodes, _span(cluster, nodes)
+
+
+def random_nodes(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+                 leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+    """``req.nodes`` usable nodes at random (see the module docstring)."""
+    idx = np.flatnonzero(usable)
+    if idx.size < req.nodes:
+        return None
+    rng = np.random.default_rng([req.seed % 2**63, state.version, req.job + 1])
+    nodes = np.sort(rng.choice(idx, size=req.nodes, replace=False))
+    return nodes, _span(cluster, nodes)
+
+
 #: Placements by name.
 PLACEMENTS: dict[str, Placement] = {
     "tree": tree_best_fit,
     "linear": linear_best_fit,
+    "pack": pack,
+    "gandiva": gandiva_affinity,
+    "random": random_nodes,
 }

@@ -14,7 +14,48 @@ A :class:`Policy` does two things:
   :data:`trainer.sim.placement.PLACEMENTS`.
 
 Backfill on/off is a scheduler option (:class:`~trainer.sim.slurm.SchedulerOptions`),
-not part of a policy: :data:`BASELINES` pairs a policy with it.
+not part of a policy: :data:`BASELINES` pairs a policy with it (and, for some, with a
+placement of :data:`~trainer.sim.placement.PLACEMENTS`).
+
+Seed heuristics (:data:`POLICIES`; ties always keep arrival order). SCHED²'s baselines
+(§IV-A) are named as that paper names them; its *ideal* execution time (measured by
+profiling, an oracle) is here the job's recorded run time, which is the speed model's run
+time at the best placement (``none``: the run time wherever it runs); SJF, by contrast,
+orders by the user's time limit:
+
+- ``sif``, Shortest Ideal time job First: the shortest recorded run time.
+- ``saf``, Shortest Actual time job First: the shortest run time the job would have if
+  it started now on the nodes the placement would give it (SCHED²'s oracle of placement
+  and speed), from :attr:`ScoreContext.speed`; a job that cannot start now counts its
+  ideal time. Re-scored every calc period. With the ``none`` speed model it orders as
+  ``sif``.
+- ``dsif``, Delayed SIF: ``sif``, but a job whose placement now spans more leaf
+  switches than its best locality (the fewest leaves its node count can span) is not
+  started, up to 3 times (distinct decision times, :attr:`Request.now
+  <trainer.sim.placement.Request.now>`); then it takes any placement. A refused job gets
+  no backfill reservation either, so the jobs behind it go ahead (SCHED²'s "delay").
+  SCHED²'s locality is the servers a job spans; here a request fixes its node count,
+  so the leaves it spans are what a placement can change (no tree: ``dsif`` = ``sif``).
+- ``lrf``, Least Resource job First: the fewest GPUs in total (CPUs on a cluster
+  without GPUs; a whole-node job counts its nodes' GPUs/CPUs).
+- ``spf``, Smallest Product job First: the smallest resource amount (as ``lrf``) times
+  ideal time.
+- ``tetris`` (Tetris as DL² uses it, §6.1: "jobs with the shortest remaining completion
+  time and highest resource packing efficiency"): alignment ``a = sum_r d_r * f_r`` of
+  the job's demand ``d`` (its total CPUs and GPUs over the cluster's) with the free
+  resources ``f`` now (free CPUs and GPUs over the cluster's), plus shortest remaining
+  time (its time limit ``l``), as ``a / (a + a_mean) - l / (l + l_mean)``, the means
+  over the job table (each term in [0, 1), weighted equally, Tetris' epsilon = 1). As
+  Tetris only considers tasks that fit, a job that cannot start now scores below every
+  job that can. Re-scored every calc period (free resources change).
+- ``drf``, Dominant Resource Fairness (DL²'s baseline): the user with the smallest
+  dominant share first, then arrival. The share is the user's part of the per-user
+  usage the engine tracks (:attr:`ScoreContext.usage`: CPU-seconds decayed with
+  ``PriorityDecayHalfLife``, Slurm's default billing), so the dominant resource is
+  CPUs: DRF's GPU share is not tracked (on the synthetic GPU workloads CPUs go with
+  GPUs, so the two shares agree). Re-scored every calc period.
+- ``random``: a random priority per job, drawn when it arrives from the replay's
+  generator (:attr:`ScoreContext.rng`): reproducible with the engine's seed.
 
 How the learned policy plugs in (LATER, with ``slurm_plugin/features.py``): an adapter
 ``LearnedPolicy(Policy)`` wraps the DESIGN's ``Policy.score(obs)`` /
@@ -37,19 +78,29 @@ from typing import ClassVar
 
 import numpy as np
 
-from .placement import PLACEMENTS, Request
+from .placement import PLACEMENTS, Request, best_leaf_span
 from .slurm import PrioritySettings, fairshare_factor, multifactor_priority, static_priority
+from .speed import NoSpeedModel, SpeedModel
 from .state import Cluster, JobTable, NodeState
 
 __all__ = [
     "BASELINES",
     "POLICIES",
     "Baseline",
+    "Drf",
+    "Dsif",
     "Fifo",
+    "Lrf",
     "Multifactor",
     "Policy",
+    "RandomOrder",
+    "Saf",
     "ScoreContext",
+    "Sif",
     "Sjf",
+    "Spf",
+    "Tetris",
+    "fits_now",
     "make_policy",
 ]
 
@@ -65,6 +116,7 @@ class ScoreContext:
         usage: Decayed usage per user (CPU-seconds), when the policy asked for it
             (``uses_usage``); else zeros.
         rng: The replay's random generator (seeded: a replay repeats exactly).
+        speed: The replay's speed model (``None``: run times as recorded).
     """
 
     now: int
@@ -72,6 +124,7 @@ class ScoreContext:
     state: NodeState
     usage: np.ndarray
     rng: np.random.Generator
+    speed: SpeedModel | None = None
 
 
 class Policy(ABC):
@@ -167,28 +220,266 @@ class Multifactor(Policy):
             site_factor=jobs.site_factor[idx])
 
 
+# ---------------------------------------------------------------------------- seed heuristics
+def _amount(jobs: JobTable, idx: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """GPUs each job of ``idx`` holds in total (CPUs on a cluster without GPUs)."""
+    if cluster.total_gpus > 0:
+        per = np.where(jobs.exclusive[idx], int(cluster.cap_g.max()), jobs.gpus[idx])
+    else:
+        per = np.where(jobs.exclusive[idx], int(cluster.cap_c.max()), jobs.cpus[idx])
+    out: np.ndarray = (per * jobs.nodes[idx]).astype(np.float64)
+    return out
+
+
+def fits_now(jobs: JobTable, idx: np.ndarray, state: NodeState) -> np.ndarray:
+    """Per job of ``idx``, True when enough nodes can take it now.
+
+    One usable-node count per request shape (not per job).
+    """
+    shapes, inv = np.unique(jobs.shape[idx], return_inverse=True)
+    cnt = np.zeros(shapes.size, dtype=np.int64)
+    for k, s in enumerate(shapes.tolist()):
+        p = int(jobs.shape_part[s])
+        if jobs.shape_excl[s]:
+            cnt[k] = int(state.idle_count[p])
+        else:
+            cnt[k] = int(np.count_nonzero(state.fit_mask(
+                p, False, int(jobs.shape_c[s]), int(jobs.shape_g[s]), int(jobs.shape_m[s]))))
+    out: np.ndarray = jobs.nodes[idx] <= cnt[inv.reshape(-1)]
+    return out
+
+
+class Sif(Policy):
+    """SCHED²'s Shortest Ideal time job First: the shortest recorded run time."""
+
+    name = "sif"
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """A shorter ideal (recorded) run time scores higher."""
+        out: np.ndarray = -jobs.run[idx].astype(np.float64)
+        return out
+
+
+class Saf(Policy):
+    """SCHED²'s Shortest Actual time job First (see the module docstring)."""
+
+    name = "saf"
+    dynamic = True
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """A shorter run time on the nodes the job would get now scores higher."""
+        actual = jobs.run[idx].astype(np.float64)
+        speed = ctx.speed
+        if speed is None or isinstance(speed, NoSpeedModel) or not idx.size:
+            out: np.ndarray = -actual
+            return out
+        st, cl = ctx.state, ctx.cluster
+        key = jobs.shape[idx].astype(np.int64) * (int(jobs.nodes.max()) + 1) + jobs.nodes[idx]
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        for k, f in enumerate(first.tolist()):  # one placement per request
+            j0 = int(idx[f])
+            s, n = int(jobs.shape[j0]), int(jobs.nodes[j0])
+            p, excl = int(jobs.shape_part[s]), bool(jobs.shape_excl[s])
+            c, g = int(jobs.shape_c[s]), int(jobs.shape_g[s])
+            mask = st.fit_mask(p, excl, c, g, int(jobs.shape_m[s]))
+            if int(np.count_nonzero(mask)) < n:
+                continue
+            res = self.place(cl, st, mask, Request(n, c, g, excl, -1, ctx.now))
+            if res is None:
+                continue
+            nodes, nl = res
+            for pos in np.flatnonzero(inv == k).tolist():
+                actual[pos] = speed.run_time(jobs, cl, int(idx[pos]), nodes, nl)
+        out = -actual
+        return out
+
+
+class Dsif(Sif):
+    """SCHED²'s Delayed SIF: SIF, delaying a job up to 3 times for its best locality.
+
+    Attributes:
+        max_delays: Decision times at which a job may be refused a placement that spans
+            more leaves than its best locality.
+        delays: Per job row, the times it was refused so far.
+    """
+
+    name = "dsif"
+    max_delays: ClassVar[int] = 3
+
+    def __init__(self, settings: PrioritySettings | None = None, placement: str = "tree"):
+        super().__init__(settings, placement)
+        self.delays: dict[int, int] = {}
+        self._refused_at: dict[int, int] = {}
+        self._table = -1
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """As :class:`Sif` (a new job table starts the delay counts afresh)."""
+        if id(jobs) != self._table:
+            self._table = id(jobs)
+            self.delays.clear()
+            self._refused_at.clear()
+        return super().score(jobs, idx, ctx)
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The placement's choice, or ``None`` while the job is delayed for locality."""
+        res = super().place(cluster, state, usable, req, leaf_counts)
+        if (res is None or req.job < 0 or res[1] <= 1
+                or res[1] <= best_leaf_span(cluster, req.nodes)):
+            return res
+        j = req.job
+        if self._refused_at.get(j) == req.now:  # refused once at this time: still delayed
+            return None
+        done = self.delays.get(j, 0)
+        if done >= self.max_delays:
+            return res
+        self.delays[j] = done + 1
+        self._refused_at[j] = req.now
+        return None
+
+
+class Lrf(Policy):
+    """SCHED²'s Least Resource job First: the fewest GPUs (CPUs without GPUs)."""
+
+    name = "lrf"
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """Fewer GPUs in total score higher."""
+        out: np.ndarray = -_amount(jobs, idx, ctx.cluster)
+        return out
+
+
+class Spf(Policy):
+    """SCHED²'s Smallest Product job First: GPUs (CPUs without GPUs) x ideal time."""
+
+    name = "spf"
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """A smaller product of resource amount and recorded run time scores higher."""
+        out: np.ndarray = -_amount(jobs, idx, ctx.cluster) * jobs.run[idx].astype(np.float64)
+        return out
+
+
+class Tetris(Policy):
+    """Tetris as in DL²'s baselines: packing alignment plus shortest remaining time.
+
+    See the module docstring for the score.
+
+    Attributes:
+        srtf_weight: Weight of the remaining-time term against the alignment term.
+    """
+
+    name = "tetris"
+    dynamic = True
+    srtf_weight: ClassVar[float] = 1.0
+    #: Subtracted from the score of a job that cannot start now (both terms lie in
+    #: [0, 1) and [-weight, 0]: it then scores below every job that can).
+    _NO_FIT: ClassVar[float] = 10.0
+
+    def __init__(self, settings: PrioritySettings | None = None, placement: str = "tree"):
+        super().__init__(settings, placement)
+        self._means: tuple[int, float, float] | None = None
+
+    @staticmethod
+    def _demand(jobs: JobTable, idx: np.ndarray, cluster: Cluster) -> np.ndarray:
+        """Per job, its total CPUs (and GPUs) over the cluster's: shape (jobs, resources)."""
+        cpus = np.where(jobs.exclusive[idx], int(cluster.cap_c.max()), jobs.cpus[idx])
+        cols = [cpus * jobs.nodes[idx] / cluster.total_cpus]
+        if cluster.total_gpus > 0:
+            gpus = np.where(jobs.exclusive[idx], int(cluster.cap_g.max()), jobs.gpus[idx])
+            cols.append(gpus * jobs.nodes[idx] / cluster.total_gpus)
+        return np.stack(cols, axis=1).astype(np.float64)
+
+    def means(self, jobs: JobTable, cluster: Cluster) -> tuple[float, float]:
+        """Mean alignment with an idle cluster and mean time limit over the table (cached)."""
+        if self._means is None or self._means[0] != id(jobs):
+            everyone = np.arange(jobs.n)
+            a = float(self._demand(jobs, everyone, cluster).sum(axis=1).mean()) if jobs.n else 1.0
+            lim = float(jobs.limit.mean()) if jobs.n else 1.0
+            self._means = (id(jobs), a if a > 0 else 1.0, max(lim, 1.0))
+        return self._means[1], self._means[2]
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """Alignment with the free resources now plus shortest remaining time."""
+        cl, st = ctx.cluster, ctx.state
+        a_mean, l_mean = self.means(jobs, cl)
+        free = [(cl.total_cpus - st.used_c) / cl.total_cpus]
+        if cl.total_gpus > 0:
+            free.append((cl.total_gpus - st.used_g) / cl.total_gpus)
+        a = self._demand(jobs, idx, cl) @ np.asarray(free, dtype=np.float64)
+        lim = jobs.limit[idx].astype(np.float64)
+        out: np.ndarray = a / (a + a_mean) - self.srtf_weight * lim / (lim + l_mean)
+        out -= self._NO_FIT * ~fits_now(jobs, idx, st)
+        return out
+
+
+class Drf(Policy):
+    """Dominant Resource Fairness: the user with the smallest dominant share first."""
+
+    name = "drf"
+    dynamic = True
+    uses_usage = True
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """A user's smaller share of the decayed usage scores higher."""
+        u = np.asarray(ctx.usage, dtype=np.float64)
+        total = float(u.sum())
+        share = u / total if total > 0 else np.zeros_like(u)
+        out: np.ndarray = -share[jobs.user[idx]]
+        return out
+
+
+class RandomOrder(Policy):
+    """A random priority per job, drawn at arrival from the replay's generator."""
+
+    name = "random"
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """Uniform random scores from :attr:`ScoreContext.rng`."""
+        out: np.ndarray = ctx.rng.random(idx.size)
+        return out
+
+
 #: Policies by name: ``factory(settings, placement) -> Policy``.
 POLICIES: dict[str, Callable[[PrioritySettings | None, str], Policy]] = {
     "fifo": Fifo,
     "sjf": Sjf,
     "multifactor": Multifactor,
+    "sif": Sif,
+    "saf": Saf,
+    "dsif": Dsif,
+    "lrf": Lrf,
+    "spf": Spf,
+    "tetris": Tetris,
+    "drf": Drf,
+    "random": RandomOrder,
 }
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """A named baseline: a policy plus backfill on or off.
+    """A named baseline: a policy plus backfill on or off, and maybe a placement.
 
     Attributes:
         policy: Key in :data:`POLICIES`.
         backfill: Backfill on/off; ``None``: as the Slurm configuration says
             (``SchedulerType``).
         help: One line for ``--help``.
+        placement: Key in :data:`~trainer.sim.placement.PLACEMENTS`; ``None``: the
+            run's placement option (``--placement``, default ``tree``).
     """
 
     policy: str
     backfill: bool | None
     help: str
+    placement: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}: {sorted(POLICIES)}")
+        if self.placement is not None and self.placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {self.placement!r}: {sorted(PLACEMENTS)}")
 
 
 #: Baselines by name, as ``rlsched simulate --policy`` and ``rlsched compare`` know them.
@@ -199,6 +490,22 @@ BASELINES: dict[str, Baseline] = {
     "fifo-nobf": Baseline("fifo", False, "FIFO by eligible time, no backfill"),
     "sjf": Baseline("sjf", True, "shortest time limit first, with EASY backfill"),
     "sjf-nobf": Baseline("sjf", False, "shortest time limit first, no backfill"),
+    "sif": Baseline("sif", True, "SCHED² SIF: shortest recorded run time first, EASY backfill"),
+    "saf": Baseline("saf", True, "SCHED² SAF: shortest run time at today's placement first,"
+                                 " EASY backfill"),
+    "dsif": Baseline("dsif", True, "SCHED² DSIF: SIF, delaying a job up to 3 times for its"
+                                   " best leaf locality, EASY backfill"),
+    "lrf": Baseline("lrf", True, "SCHED² LRF: fewest GPUs (CPUs) first, EASY backfill"),
+    "spf": Baseline("spf", True, "SCHED² SPF: smallest GPUs x run time first, EASY backfill"),
+    "tetris": Baseline("tetris", True, "Tetris: alignment with free resources plus shortest"
+                                       " time limit, EASY backfill"),
+    "drf": Baseline("drf", True, "DRF: user with the smallest dominant (CPU) share first,"
+                                 " EASY backfill"),
+    "random": Baseline("random", True, "random order (seeded), EASY backfill"),
+    "gandiva": Baseline("fifo", True, "FIFO + Gandiva's affinity placement, EASY backfill",
+                        "gandiva"),
+    "sched2-pack": Baseline("fifo", True, "FIFO + SCHED²'s packing placement, EASY backfill",
+                            "pack"),
 }
 
 

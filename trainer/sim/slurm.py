@@ -82,8 +82,10 @@ class SchedulerOptions:
             takes any placement (``max_switch_wait``, default 300).
         priority_calc_period: Seconds between priority recalculations
             (``PriorityCalcPeriod``, default 300).
-        placement: Node selection (``"tree"``: topology/tree best fit, ``"linear"``:
-            best fit ignoring switches); see :mod:`trainer.sim.placement`.
+        placement: Node selection, a name in
+            :data:`~trainer.sim.placement.PLACEMENTS` (``"tree"``: topology/tree best
+            fit, ``"linear"``: best fit ignoring switches, ``"pack"``, ``"gandiva"``,
+            ``"random"``), for baselines that name none.
     """
 
     backfill: bool = True

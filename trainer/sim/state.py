@@ -35,6 +35,16 @@ How a record becomes a request (documented once, here):
 - Jobs that can never fit their partition (more nodes, or more per node, than it has)
   are skipped and counted (``"exceeds cluster"``), so that one cannot block a FIFO queue
   forever.
+- **Locality sensitivity** ``s`` in [0, 1] (the share of speed a job loses when spread
+  over two servers instead of one; :mod:`trainer.sim.workload`), used only by the
+  placement-dependent speed models (:mod:`trainer.sim.speed`). Accounting records do
+  not carry it, so it comes from ``build_jobs(locality=...)`` per job id when given
+  (e.g. the synthetic jobs' own values), else from :func:`record_locality`: the value of
+  the synthetic workload's model of that name when the job name is one (``vgg16`` ->
+  0.83, the SCHED² and Gandiva figures), else a model drawn from the default model mix
+  (GPU models for a job with GPUs, the multi-node HPC models otherwise) by a stable hash
+  of ``(user, job name)``: the same application of the same user always gets the same
+  sensitivity, in any replay.
 
 Times are integer epoch seconds; jobs arrive at their ``eligible_time`` (the submit time
 when there is none).
@@ -42,14 +52,18 @@ when there is none).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
 from db.records import JobRecord
 from slurm_plugin.cluster import ClusterSpec
+
+from .workload import WorkloadConfig
 
 __all__ = [
     "ANY_PARTITION",
@@ -58,6 +72,7 @@ __all__ = [
     "JobTable",
     "NodeState",
     "build_jobs",
+    "record_locality",
 ]
 
 #: Name of the pseudo-partition of jobs whose partition the spec does not know: all nodes.
@@ -249,6 +264,7 @@ class JobTable:
         switches: Wanted maximum leaf-switch count (``--switches``), 0 when not asked.
         switches_wait: Seconds the job waits for that switch count before taking any
             placement (capped by ``max_switch_wait``).
+        locality: Locality sensitivity ``s`` in [0, 1] (see the module docstring).
         shape: Request shape index (see above).
         shape_part, shape_excl, shape_c, shape_g, shape_m: The shapes' columns.
         users: User names.
@@ -274,6 +290,7 @@ class JobTable:
     nice: np.ndarray
     switches: np.ndarray
     switches_wait: np.ndarray
+    locality: np.ndarray
     shape: np.ndarray
     shape_part: np.ndarray
     shape_excl: np.ndarray
@@ -322,11 +339,57 @@ def _request(r: JobRecord, gpn: int, cpn: int) -> tuple[int, int, int, int, bool
             _ceil_div(m, n) if m else 0, False)
 
 
+@cache
+def _model_mix(gpu: bool) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """The default models' sensitivities by name, and the mix of one kind.
+
+    Returns ``(sensitivity by model name, cumulative weights, sensitivities)`` where the
+    mix is the GPU workload's models (``gpu``) or the HPC models of classes that can
+    span several nodes, each weighted by its class share times its share in the class.
+    """
+    by_name: dict[str, float] = {}
+    for kind in ("gpu", "hpc"):
+        for jc in WorkloadConfig(kind=kind, num_jobs=0).classes or ():
+            for m in jc.models:
+                by_name.setdefault(m.name.lower(), m.locality_sensitivity)
+    weights: list[float] = []
+    values: list[float] = []
+    for jc in WorkloadConfig(kind="gpu" if gpu else "hpc", num_jobs=0).classes or ():
+        if not gpu and jc.sizes is not None and all(n <= 1 for n, _ in jc.sizes):
+            continue  # one-node classes (serial): never spread
+        total = sum(m.weight for m in jc.models)
+        for m in jc.models:
+            weights.append(jc.share * m.weight / total)
+            values.append(m.locality_sensitivity)
+    cum = np.cumsum(weights)
+    return by_name, cum / cum[-1], np.array(values, dtype=np.float64)
+
+
+def record_locality(record: JobRecord) -> float:
+    """The locality sensitivity of a record that carries none (module docstring).
+
+    The sensitivity of the synthetic workload's model named like the job
+    (case-insensitive, e.g. ``"vgg16"`` -> 0.83), else the sensitivity of a model drawn
+    from the default mix (GPU models when the job asks for GPUs, multi-node HPC models
+    otherwise) by the BLAKE2b hash of ``user`` and ``name``: deterministic across runs
+    and machines (unlike Python's ``hash``).
+    """
+    g = record.req.gpus if record.req.gpus is not None else record.alloc.gpus
+    by_name, cum, values = _model_mix(bool(g))
+    s = by_name.get(record.name.strip().lower())
+    if s is not None:
+        return s
+    digest = hashlib.blake2b(f"{record.user}\0{record.name}".encode(), digest_size=8).digest()
+    u = int.from_bytes(digest, "big") / 2.0**64
+    return float(values[min(int(np.searchsorted(cum, u, side="right")), values.size - 1)])
+
+
 def build_jobs(
     records: Iterable[JobRecord],
     cluster: Cluster,
     *,
     default_time_limit: int | None = None,
+    locality: Mapping[int, float] | None = None,
 ) -> JobTable:
     """The job table of a replay (see the module docstring for how records are read).
 
@@ -335,12 +398,24 @@ def build_jobs(
         cluster: The cluster they run on.
         default_time_limit: Time limit (s) of jobs whose record has none; ``None``: their
             recorded run time.
+        locality: Locality sensitivity per job id (e.g. ``{j.job_id:
+            j.locality_sensitivity for j in synthetic_jobs}``); jobs it does not name get
+            :func:`record_locality`.
+
+    Raises:
+        ValueError: If a given sensitivity is outside [0, 1].
     """
+    if locality is not None:
+        bad = {k: v for k, v in locality.items() if not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"locality sensitivities must be in [0, 1]; got {bad}")
+    loc_of: dict[tuple[str, str, bool], float] = {}
     skipped: Counter[str] = Counter()
     users: dict[str, int] = {}
     qoss: dict[str, int] = {}
     parts: dict[str, int] = {}
     rows: list[tuple[int, ...]] = []
+    sens: list[float] = []
     mem_known = bool((cluster.cap_m < BIG).any())
     gpn = int(cluster.cap_g.max())
     cpn = int(cluster.cap_c.max())
@@ -371,9 +446,18 @@ def build_jobs(
         q = qoss.setdefault(r.qos, len(qoss))
         rows.append((r.job_id, r.submit_time, eligible, run, max(0, limit), int(known), n, c,
                      g, m, int(excl), p, u, q))
+        sv = locality.get(r.job_id) if locality is not None else None
+        if sv is None:
+            rg = r.req.gpus if r.req.gpus is not None else r.alloc.gpus
+            key = (r.user, r.name, bool(rg))
+            sv = loc_of.get(key)
+            if sv is None:
+                sv = loc_of[key] = record_locality(r)
+        sens.append(sv)
     arr = np.array(rows, dtype=_I64).reshape(-1, 14)
     order = np.lexsort((arr[:, 0], arr[:, 1], arr[:, 2]))
     arr = arr[order]
+    loc = np.array(sens, dtype=np.float64)[order]
     col = [np.ascontiguousarray(arr[:, i]) for i in range(14)]
     exclusive = col[10].astype(bool)
     part = col[11].astype(np.int32)
@@ -397,7 +481,7 @@ def build_jobs(
     if not fits.all():
         skipped[EXCEEDS_CLUSTER] += int((~fits).sum())
         col = [c_[fits] for c_ in col]
-        exclusive, part, shape = exclusive[fits], part[fits], shape[fits]
+        exclusive, part, shape, loc = exclusive[fits], part[fits], shape[fits], loc[fits]
         # renumber shapes to those still used
         used, shape = np.unique(shape, return_inverse=True)
         uniq = uniq[used]
@@ -409,7 +493,8 @@ def build_jobs(
         exclusive=exclusive, part=part, user=col[12].astype(np.int32),
         qos=col[13].astype(np.int32), site_factor=np.zeros(n_jobs, dtype=np.float64),
         nice=np.zeros(n_jobs, dtype=_I64), switches=np.zeros(n_jobs, dtype=np.int32),
-        switches_wait=np.zeros(n_jobs, dtype=_I64), shape=shape.astype(np.int32),
+        switches_wait=np.zeros(n_jobs, dtype=_I64), locality=loc,
+        shape=shape.astype(np.int32),
         shape_part=uniq[:, 0].astype(np.int32), shape_excl=uniq[:, 1].astype(bool),
         shape_c=uniq[:, 2].copy(), shape_g=uniq[:, 3].copy(), shape_m=uniq[:, 4].copy(),
         users=tuple(users), qos_names=tuple(qoss), skipped=skipped,

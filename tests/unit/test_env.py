@@ -1,0 +1,360 @@
+"""trainer.env.SchedEnv: the Gymnasium contract, determinism, masks, known schedules."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+gymnasium = pytest.importorskip("gymnasium")
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+
+from db.records import JobRecord, TresCounts  # noqa: E402
+from slurm_plugin.cluster import ClusterSpec  # noqa: E402
+from slurm_plugin.features import Observation  # noqa: E402
+from slurm_plugin.placement import Candidates  # noqa: E402
+from trainer.env import EnvConfig, SchedEnv, from_table, from_workload  # noqa: E402
+from trainer.sim import metrics  # noqa: E402
+from trainer.sim import workload as w  # noqa: E402
+from trainer.sim.engine import Simulator  # noqa: E402
+from trainer.sim.policies import make_policy  # noqa: E402
+from trainer.sim.slurm import SchedulerOptions  # noqa: E402
+from trainer.sim.state import BIG, Cluster, build_jobs  # noqa: E402
+
+T0 = 1_699_999_980
+SMALL = w.WorkloadConfig(num_jobs=120, seed=5)
+
+
+def job(jid: int, submit: int, run: int, nodes: int, user: str = "u") -> JobRecord:
+    t = T0 + submit
+    tres = TresCounts(nodes, None, None, None)
+    return JobRecord(jid, "", user, "", "", "", "COMPLETED", t, t, t, t + run, run, tres,
+                     tres, "", (), None, 0)
+
+
+def tiny_env(recs: list[JobRecord], nodes: int = 4, **cfg) -> SchedEnv:
+    sp = ClusterSpec.synthetic("c", nodes, nodes_per_leaf=2, gpus_per_node=0,
+                               mem_mb_per_node=0)
+    cl = Cluster.from_spec(sp)
+    cfg = {"episode_jobs": None, "max_candidates": 4, **cfg}
+    return from_table(build_jobs(recs, cl), cl, EnvConfig(**cfg))
+
+
+def legal(info) -> np.ndarray:
+    return np.flatnonzero(info["action_mask"])
+
+
+def random_episode(env: SchedEnv, seed: int, rng_seed: int, options=None):
+    rng = np.random.default_rng(rng_seed)
+    obs, info = env.reset(seed=seed, options=options)
+    trace = [(obs, 0.0, info)]
+    actions = []
+    done = False
+    while not done:
+        a = int(rng.choice(legal(info)))
+        actions.append(a)
+        obs, r, term, trunc, info = env.step(a)
+        trace.append((obs, r, info))
+        done = term or trunc
+    return actions, trace, term
+
+
+def earliest_fitting(info, max_jobs: int) -> int:
+    """Start the earliest visible job that fits; hold when none does."""
+    fits = np.flatnonzero(info["action_mask"][:max_jobs])
+    return int(fits[0]) if fits.size else max_jobs
+
+
+# ---------------------------------------------------------------------------- contract
+@pytest.mark.parametrize("place", [False, True])
+def test_check_env_passes(place):
+    env = from_workload(SMALL, EnvConfig(place=place, episode_jobs=40, max_jobs=16,
+                                         max_candidates=4))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not having a spec.*")
+        check_env(env)
+
+
+def test_spaces_and_info():
+    cfg = EnvConfig(place=True, episode_jobs=30, max_jobs=8, max_candidates=5)
+    env = from_workload(SMALL, cfg)
+    obs, info = env.reset(seed=3)
+    n_nodes = env.cluster.num_nodes
+    assert env.action_space.n == 9
+    assert obs["jobs"].shape == (8, 14) and obs["nodes"].shape == (n_nodes, 7)
+    assert obs["candidates"].shape == (5, n_nodes)
+    assert obs in env.observation_space
+    assert isinstance(info["observation"], Observation)
+    assert info["candidates"] is None and obs["phase"] == 0
+    o = info["observation"]
+    k = o.n_jobs
+    assert 1 <= k <= 8
+    assert obs["job_present"].tolist() == [1] * k + [0] * (8 - k)
+    assert (obs["jobs"][:k] == o.jobs).all() and not obs["jobs"][k:].any()
+    assert info["action_mask"].dtype == bool and info["action_mask"].size == 9
+    assert (info["action_mask"][:k] == obs["job_mask"][:k].astype(bool)).all()
+    assert (info["action_mask"] == env.action_masks()).all()
+    assert list(o.job_ids) == env.stepper.jobs.job_id[info["rows"]].tolist()
+    # placement phase: the candidates of the chosen job
+    a = int(legal(info)[0])
+    assert a < 8
+    obs, r, term, trunc, info = env.step(a)
+    assert obs["phase"] == 1 and r == 0.0 and not (term or trunc)
+    c = info["candidates"]
+    assert isinstance(c, Candidates) and 1 <= len(c) <= 5
+    assert obs["selected"].tolist() == [int(i == a) for i in range(8)]
+    assert (obs["candidates"][:len(c)] == c.sets).all()
+    assert info["action_mask"].tolist() == [True] * len(c) + [False] * (9 - len(c))
+    assert obs["candidate_mask"].tolist() == [1] * len(c) + [0] * (5 - len(c))
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError, match="max_candidates"):
+        EnvConfig(max_jobs=4, max_candidates=6)
+    with pytest.raises(ValueError, match="reward must be one of"):
+        EnvConfig(reward="speed")
+    with pytest.raises(ValueError, match="speed_model"):
+        EnvConfig(speed_model="warp")
+    with pytest.raises(ValueError, match="invalid_action"):
+        EnvConfig(invalid_action="ignore")  # type: ignore[arg-type]
+    assert EnvConfig().to_dict()["max_jobs"] == 64
+
+
+# ---------------------------------------------------------------------------- determinism
+@pytest.mark.parametrize("place", [False, True])
+def test_same_seed_and_actions_replay_identically(place):
+    cfg = EnvConfig(place=place, episode_jobs=50, max_jobs=16, reward="bsld", fairness=0.5)
+    env = from_workload(SMALL, cfg)
+    actions, trace, _ = random_episode(env, seed=11, rng_seed=2)
+    env2 = from_workload(SMALL, cfg)
+    obs, info = env2.reset(seed=11)
+    replay = [(obs, 0.0, info)]
+    for a in actions:
+        obs, r, _, _, info = env2.step(a)
+        replay.append((obs, r, info))
+    assert len(replay) == len(trace)
+    for (o1, r1, i1), (o2, r2, i2) in zip(trace, replay, strict=True):
+        assert o1.keys() == o2.keys()
+        for key in o1:
+            np.testing.assert_array_equal(o1[key], o2[key])
+        assert r1 == r2
+        assert i1["observation"] == i2["observation"]
+        assert i1["candidates"] == i2["candidates"]
+        assert (i1["action_mask"] == i2["action_mask"]).all()
+
+
+def test_seeds_draw_different_windows():
+    env = from_workload(SMALL, EnvConfig(episode_jobs=20))
+    firsts = set()
+    for seed in range(6):
+        env.reset(seed=seed)
+        firsts.add(int(env.stepper.jobs.job_id[0]))
+    assert len(firsts) > 1
+    env.reset(seed=0)
+    a = int(env.stepper.jobs.job_id[0])
+    env.reset(seed=0)
+    assert int(env.stepper.jobs.job_id[0]) == a
+    env.reset(options={"start": 7})
+    assert int(env.stepper.jobs.job_id[0]) == int(env.jobs.job_id[7])
+    assert env.stepper.jobs.eligible[0] == 0  # times shifted
+    with pytest.raises(ValueError, match="options"):
+        env.reset(options={"start": 101})
+
+
+def test_history_starts_from_earlier_jobs():
+    env = from_workload(SMALL, EnvConfig(episode_jobs=20, history_jobs=50))
+    env.reset(options={"start": 0})
+    assert env.stepper.history.to_dict() == {}
+    env.reset(options={"start": 100})
+    hist = env.stepper.history.to_dict()
+    assert 0 < sum(len(v["ratios"]) for v in hist.values()) <= 50
+    jobs = env.jobs
+    ended = jobs.eligible[:100] + jobs.run[:100] <= jobs.eligible[100]
+    assert set(hist) <= {jobs.users[u] for u in jobs.user[:100][ended]}
+
+
+# ---------------------------------------------------------------------------- masks
+def test_masked_actions_raise_or_are_rejected():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
+    env = tiny_env(recs, max_jobs=4, invalid_action="raise")
+    obs, info = env.reset(seed=0)
+    assert info["action_mask"].tolist() == [True, False, False, False, True]
+    with pytest.raises(ValueError, match="masked action: job 1: only 1 jobs are pending"):
+        env.step(1)
+    with pytest.raises(ValueError, match="outside"):
+        env.step(5)
+    obs, _, _, _, info = env.step(0)
+    assert info["now"] == 2  # job 2 does not fit: time ran on to job 3's arrival
+    assert info["action_mask"].tolist() == [False, True, False, False, True]
+    with pytest.raises(ValueError, match=r"job 0 \(job id 2\) does not fit now"):
+        env.step(0)
+
+    # one job, nothing running, nothing to come: holding would change nothing
+    lone = tiny_env([job(1, 0, 100, 2)], max_jobs=4, invalid_action="raise")
+    _, info = lone.reset(seed=0)
+    assert info["action_mask"].tolist() == [True, False, False, False, False]
+    with pytest.raises(ValueError, match="hold: no job is running"):
+        lone.step(4)
+
+    env = tiny_env(recs, max_jobs=4, invalid_penalty=2.5)  # reject by default
+    obs, info = env.reset(seed=0)
+    before = env.stepper.now
+    obs2, r, term, trunc, info2 = env.step(3)
+    assert r == -2.5 and not term and not trunc
+    assert "only 1 jobs are pending" in info2["invalid_action"]
+    for key in obs:
+        np.testing.assert_array_equal(obs[key], obs2[key])
+    assert env.stepper.now == before and env.stepper.n_pending == 1
+
+
+def test_placement_phase_rejects_a_missing_candidate():
+    recs = [job(1, 0, 100, 1)]
+    env = tiny_env(recs, max_jobs=4, place=True, max_candidates=4, invalid_action="raise")
+    _, info = env.reset(seed=0)
+    _, _, _, _, info = env.step(0)
+    k = len(info["candidates"])
+    with pytest.raises(ValueError, match=f"not one of the {k} candidates"):
+        env.step(k)
+    _, _, term, _, _ = env.step(0)
+    assert term
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(0)
+
+
+# ---------------------------------------------------------------------------- known schedules
+def test_earliest_fitting_agent_on_a_hand_computed_case():
+    # 4 nodes. 1 (2 nodes, 100 s) starts at 0; 2 (4 nodes) arrives at 1 and cannot fit;
+    # 3 (1 node, 10 s) arrives at 2 and fits: the greedy agent starts it at once (FIFO
+    # without backfill would hold it behind 2 until 110); 2 starts when 1 ends, at 100.
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
+    env = tiny_env(recs, max_jobs=4)
+    _, info = env.reset(seed=0)
+    rewards, nows, steps = [], [info["now"]], 0
+    done = False
+    while not done:
+        _, r, term, trunc, info = env.step(earliest_fitting(info, 4))
+        rewards.append(r)
+        nows.append(info["now"])
+        steps += 1
+        done = term or trunc
+    assert term and steps == 3
+    res = env.result()
+    assert res.start.tolist() == [0, 100, 2]
+    assert nows == [0, 2, 100, 110]
+    # step 1 covers [0, 2): job 1 for 2 s (1/100 per s), job 2 for 1 s (1/10 per s)
+    assert rewards[0] == pytest.approx(-(2 / 100 + 1 / 10))
+    # bsld 1, 10.9, 1
+    assert sum(rewards) == pytest.approx(-12.9)
+    assert info["episode_metrics"]["bsld_mean"] == pytest.approx(12.9 / 3)
+
+
+@pytest.mark.parametrize("kind", ["gpu", "hpc"])
+def test_fifo_blocking_agent_matches_the_batch_simulator(kind):
+    cfg = w.WorkloadConfig(kind=kind, num_jobs=200, seed=2)
+    sp = w.default_cluster(cfg)
+    cl = Cluster.from_spec(sp)
+    jobs = build_jobs(w.replay_records(w.generate(cfg), sp), cl)
+    ref = Simulator(jobs, cl, make_policy("fifo"),
+                    SchedulerOptions(backfill=False, bf_interval=0)).run()
+    env = from_table(jobs, cl, EnvConfig(episode_jobs=None, max_jobs=256))
+    _, info = env.reset(seed=0)
+    done = False
+    while not done:
+        rows = info["rows"]
+        part = env.stepper.jobs.part[rows]
+        mask = info["action_mask"]
+        blocked: set[int] = set()
+        a = 256
+        for k, p in enumerate(part.tolist()):
+            if p in blocked:
+                continue
+            if mask[k]:
+                a = k
+                break
+            blocked.add(p)
+        _, _, term, trunc, info = env.step(a)
+        done = term or trunc
+    assert term
+    res = env.result()
+    wait = res.start - res.jobs.eligible
+    assert wait.tolist() == (ref.start - jobs.eligible).tolist()
+    assert (res.end - res.start).tolist() == (ref.end - ref.start).tolist()
+
+
+@pytest.mark.parametrize("place", [False, True])
+def test_bsld_return_is_minus_the_sum_of_bounded_slowdowns(place):
+    env = from_workload(SMALL, EnvConfig(place=place, episode_jobs=60, max_jobs=16))
+    _, trace, term = random_episode(env, seed=4, rng_seed=9)
+    assert term
+    ret = sum(r for _, r, _ in trace)
+    bsld = metrics.job_metrics(env.result())["bsld"]
+    assert ret == pytest.approx(-bsld.sum(), rel=1e-6)
+
+
+def test_fairness_term_is_added_once_at_the_end():
+    cfg = EnvConfig(episode_jobs=60, max_jobs=16)
+    plain = from_workload(SMALL, cfg)
+    _, t1, _ = random_episode(plain, seed=4, rng_seed=9)
+    fair = from_workload(SMALL, EnvConfig(episode_jobs=60, max_jobs=16, fairness=2.0))
+    _, t2, _ = random_episode(fair, seed=4, rng_seed=9)
+    r1 = [r for _, r, _ in t1]
+    r2 = [r for _, r, _ in t2]
+    assert r1[:-1] == r2[:-1]
+    jain = metrics.compute(fair.result())["fairness"]["jain_bsld"]
+    assert r2[-1] - r1[-1] == pytest.approx(2.0 * 60 * (jain - 1))
+    assert jain < 1
+
+
+def test_truncation_after_max_steps():
+    env = from_workload(SMALL, EnvConfig(episode_jobs=60, max_jobs=16, max_steps=5))
+    _, trace, term = random_episode(env, seed=1, rng_seed=1)
+    assert not term and len(trace) == 6
+
+
+# ---------------------------------------------------------------------------- invariants
+def check_state(env: SchedEnv) -> None:
+    s = env.stepper.state
+    cl = env.cluster
+    if not s.whole_only:
+        assert (s.free_c >= 0).all() and (s.free_c <= cl.cap_c).all()
+        assert (s.free_g >= 0).all() and (s.free_g <= cl.cap_g).all()
+        known = cl.cap_m < BIG
+        assert (s.free_m[known] >= 0).all()
+        assert (s.njobs[s.excl] == 1).all()
+        assert s.used_c == int((cl.cap_c - s.free_c).sum())
+        assert s.used_g == int((cl.cap_g - s.free_g).sum())
+        assert (s.idle == (s.njobs == 0)).all()
+    assert s.busy_nodes == int((~s.idle).sum())
+
+
+@settings(max_examples=12, deadline=None)
+@given(kind=st.sampled_from(["gpu", "hpc"]), seed=st.integers(0, 2**16),
+       place=st.booleans(), hold_bias=st.floats(0.0, 0.9))
+def test_random_agents_never_over_allocate_and_finish_every_job(kind, seed, place,
+                                                                 hold_bias):
+    cfg = w.WorkloadConfig(kind=kind, num_jobs=60, seed=seed % 7)
+    env = from_workload(cfg, EnvConfig(place=place, episode_jobs=40, max_jobs=8,
+                                       max_candidates=4))
+    rng = np.random.default_rng(seed)
+    _, info = env.reset(seed=seed)
+    done = False
+    while not done:
+        ok = legal(info)
+        assert ok.size  # a legal action always exists
+        if info["phase"] == 0 and ok[-1] == 8 and rng.random() < hold_bias:
+            a = 8
+        else:
+            a = int(rng.choice(ok))
+        _, _, term, trunc, info = env.step(a)
+        check_state(env)
+        done = term or trunc
+    assert term
+    res = env.result()
+    jobs = res.jobs
+    assert (res.start >= jobs.eligible).all()
+    assert (res.end - res.start == jobs.run).all()  # the "none" speed model
+    assert env.stepper.state.idle.all()

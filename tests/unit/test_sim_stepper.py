@@ -1,0 +1,351 @@
+"""trainer.sim.stepper: event order, start checks, rewards, and parity with the engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from db.records import JobRecord, TresCounts
+from slurm_plugin.cluster import ClusterSpec
+from slurm_plugin.features import UserHistory
+from trainer.sim import metrics
+from trainer.sim import workload as w
+from trainer.sim.engine import Simulator
+from trainer.sim.policies import make_policy
+from trainer.sim.slurm import SchedulerOptions
+from trainer.sim.speed import SPEED_MODELS, SpeedModel
+from trainer.sim.state import Cluster, build_jobs
+from trainer.sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, window
+
+T0 = 1_699_999_980
+
+
+def job(jid: int, submit: int, run: int, nodes: int | None = 1, *, limit: int | None = None,
+        user: str = "u1", gpus: int | None = None, cpus: int | None = None,
+        partition: str = "") -> JobRecord:
+    t = T0 + submit
+    tres = TresCounts(nodes, cpus, gpus, None)
+    return JobRecord(
+        job_id=jid, name="", user=user, account="", partition=partition, qos="",
+        state="COMPLETED", submit_time=t, eligible_time=t, start_time=t, end_time=t + run,
+        time_limit=limit if limit is not None else run, req=tres, alloc=tres, node_list="",
+        nodes=(), priority=None, exit_code=0,
+    )
+
+
+def spec(nodes: int, *, per_leaf: int = 4, gpus: int = 0, cpus: int = 64) -> ClusterSpec:
+    return ClusterSpec.synthetic("c", nodes, nodes_per_leaf=per_leaf, gpus_per_node=gpus,
+                                 cpus_per_node=cpus, mem_mb_per_node=0)
+
+
+def make(recs: list[JobRecord], sp: ClusterSpec, **kw) -> Stepper:
+    cl = Cluster.from_spec(sp)
+    return Stepper(build_jobs(recs, cl), cl, **kw)
+
+
+def synthetic(kind: str, n: int, seed: int = 1):
+    cfg = w.WorkloadConfig(kind=kind, num_jobs=n, seed=seed)
+    sp = w.default_cluster(cfg)
+    cl = Cluster.from_spec(sp)
+    return build_jobs(w.replay_records(w.generate(cfg), sp), cl), cl
+
+
+def fifo_blocking(s: Stepper) -> None:
+    """Slurm's main scheduler without backfill: the first job of a partition that does
+    not fit blocks the rest of that partition."""
+    while not s.done:
+        blocked: set[int] = set()
+        for row in s.pending().tolist():
+            p = int(s.jobs.part[row])
+            if p in blocked:
+                continue
+            if s.fits(np.array([row]))[0]:
+                s.start(row, s.best_fit(row))
+                break
+            blocked.add(p)
+        else:
+            s.advance()
+
+
+# ---------------------------------------------------------------------------- events
+def test_completions_free_nodes_before_arrivals_at_the_same_time():
+    s = make([job(1, 0, 100, 4), job(2, 100, 10, 4)], spec(4))
+    a = s.advance()
+    assert (a.dt, a.now, a.finished, a.arrived) == (0, T0, (), (0,))
+    s.start(0, s.best_fit(0))
+    assert not s.fits(s.pending()).size  # nothing pending
+    a = s.advance()
+    assert (a.dt, a.now - T0, a.finished, a.arrived) == (100, 100, (0,), (1,))
+    assert s.fits(s.pending()).tolist() == [True]  # job 1's nodes are free already
+
+
+def test_zero_length_job_completes_in_an_advance_of_zero_seconds():
+    s = make([job(1, 0, 0, 2), job(2, 5, 10, 1)], spec(4))
+    s.advance()
+    assert s.start(0, [0, 1]) == 0
+    a = s.advance()
+    assert (a.dt, a.finished, a.arrived) == (0, (0,), ())
+    assert s.state.idle.all()
+    a = s.advance()
+    assert (a.dt, a.arrived) == (5, (1,))
+
+
+def test_arrival_order_and_pending_queue():
+    s = make([job(3, 0, 10), job(1, 0, 10), job(2, 1, 10)], spec(4))
+    s.advance()
+    assert s.jobs.job_id[s.pending()].tolist() == [1, 3]  # same time: job id order
+    s.start(1, [2])
+    assert s.jobs.job_id[s.pending()].tolist() == [1]
+    s.advance()
+    assert s.jobs.job_id[s.pending()].tolist() == [1, 2]
+    assert s.visible(1).tolist() == [0]
+
+
+def test_start_refuses_what_cannot_run_now():
+    s = make([job(1, 0, 100, 2), job(2, 0, 100, 3)], spec(4))
+    s.advance()
+    with pytest.raises(ValueError, match="needs 2 distinct nodes"):
+        s.start(0, [1])
+    with pytest.raises(ValueError, match="needs 2 distinct nodes"):
+        s.start(0, [1, 1])
+    with pytest.raises(ValueError, match="node indices"):
+        s.start(0, [3, 4])
+    s.start(0, [0, 1])
+    with pytest.raises(ValueError, match="not pending"):
+        s.start(0, [2, 3])
+    with pytest.raises(ValueError, match=r"cannot start on nodes \[1\]"):
+        s.start(1, [1, 2, 3])
+    assert not s.fits(np.array([1]))[0]
+    assert s.best_fit(1) is None
+    assert len(s.candidates(1)) == 0
+
+
+def test_start_checks_the_partition_and_shared_resources():
+    sp = spec(4, gpus=8)
+    sp = replace(sp, partitions={"a": sp.partitions["batch"][:2],
+                                 "batch": sp.partitions["batch"]})
+    s = make([job(1, 0, 100, 1, gpus=6, partition="a"), job(2, 0, 100, 1, gpus=4,
+                                                          partition="a")], sp)
+    s.advance()
+    with pytest.raises(ValueError, match="outside its partition"):
+        s.start(0, [3])
+    s.start(0, [0])
+    with pytest.raises(ValueError, match=r"cannot start on nodes \[0\]"):
+        s.start(1, [0])  # 2 GPUs left there
+    assert s.fits(np.array([1])).tolist() == [True]
+    assert s.best_fit(1).tolist() == [1]
+    cands = s.candidates(1)
+    assert [c.tolist() for c in (cands.nodes(k) for k in range(len(cands)))] == [[1]]
+
+
+def test_candidates_agree_with_fits():
+    jobs, cl = synthetic("gpu", 80)
+    s = Stepper(jobs, cl)
+    rng = np.random.default_rng(0)
+    while not s.done:
+        p = s.pending()
+        fit = s.fits(p)
+        for row, f in zip(p.tolist(), fit.tolist(), strict=True):
+            c = s.candidates(row)
+            assert (len(c) > 0) == f
+            for k in range(len(c)):
+                assert s.usable(row)[c.nodes(k)].all()
+        ok = p[fit]
+        if ok.size and rng.random() < 0.7:
+            row = int(rng.choice(ok))
+            c = s.candidates(row)
+            s.start(row, c.nodes(int(rng.integers(len(c)))))
+        else:
+            s.advance()
+
+
+def test_window_slices_and_shifts():
+    jobs, _ = synthetic("gpu", 50)
+    sub = window(jobs, 10, 20)
+    assert sub.n == 10
+    assert sub.eligible[0] == 0
+    assert (sub.eligible == jobs.eligible[10:20] - jobs.eligible[10]).all()
+    assert (sub.job_id == jobs.job_id[10:20]).all()
+    assert (sub.shape == jobs.shape[10:20]).all() and sub.shape_c is jobs.shape_c
+    assert window(jobs, 0, 5, shift=False).eligible.tolist() == jobs.eligible[:5].tolist()
+    with pytest.raises(ValueError, match="not a non-empty range"):
+        window(jobs, 5, 5)
+
+
+def test_result_needs_every_job_finished():
+    s = make([job(1, 0, 10)], spec(2))
+    with pytest.raises(RuntimeError, match="1 jobs have not finished"):
+        s.result()
+    s.advance()
+    s.start(0, [0])
+    s.advance()
+    assert s.done and not s.can_advance
+    with pytest.raises(RuntimeError, match="no event left"):
+        s.advance()
+    assert s.result().start.tolist() == [T0]
+
+
+# ---------------------------------------------------------------------------- engine parity
+@pytest.mark.parametrize("kind", ["gpu", "hpc"])
+def test_fifo_blocking_agent_replays_the_engine_exactly(kind):
+    jobs, cl = synthetic(kind, 300)
+    ref = Simulator(jobs, cl, make_policy("fifo"),
+                    SchedulerOptions(backfill=False, bf_interval=0)).run()
+    s = Stepper(jobs, cl)
+    fifo_blocking(s)
+    res = s.result()
+    assert res.start.tolist() == ref.start.tolist()
+    assert res.end.tolist() == ref.end.tolist()
+    assert res.leaves.tolist() == ref.leaves.tolist()
+    m, mr = metrics.compute(res), metrics.compute(ref)
+    assert m["utilisation"] == mr["utilisation"]
+    assert m["fragmentation"] == mr["fragmentation"]
+    # the bsld reward adds up to minus the sum of bounded slowdowns
+    bsld = metrics.job_metrics(res)["bsld"]
+    assert s.total_reward == pytest.approx(-bsld.sum(), rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- rewards
+def tiny(reward: str) -> Stepper:
+    """FIFO with greedy filling on 4 nodes: 1 runs 0-100, 3 runs 2-12, 2 runs 100-110."""
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
+    s = make(recs, spec(4, per_leaf=2), reward=reward)
+    s.advance()
+    s.start(0, s.best_fit(0))
+    s.advance()
+    s.advance()
+    s.start(2, s.best_fit(2))
+    while not s.done:
+        if s.pending().size and s.fits(s.pending())[0]:
+            s.start(1, s.best_fit(1))
+        else:
+            s.advance()
+    assert (s.result().start - T0).tolist() == [0, 100, 2]
+    return s
+
+
+def test_rewards_of_a_known_schedule():
+    # bsld: 1, 109/10, 1
+    assert tiny("bsld").total_reward == pytest.approx(-(1 + 10.9 + 1))
+    mean_run = (100 + 10 + 10) / 3
+    # waits 0, 99, 0; JCTs 100, 109, 10
+    assert tiny("wait").total_reward == pytest.approx(-99 / mean_run)
+    assert tiny("jct").total_reward == pytest.approx(-(100 + 109 + 10) / mean_run)
+    # effectiveness: run / (wait + run) = 1, 10/109, 1
+    assert tiny("effectiveness").total_reward == pytest.approx(2 + 10 / 109)
+    # CPUs: 128 of 256 for 100 s, +64 for 10 s, all 256 for 10 s; gap = 2 s / 2 arrivals
+    used = (128 * 100 + 64 * 10 + 256 * 10) / 256
+    assert tiny("util").total_reward == pytest.approx(used / 1.0)
+
+
+def test_bsld_reward_lifts_short_jobs_to_one():
+    s = make([job(1, 0, 3), job(2, 0, 0)], spec(2))
+    s.advance()
+    s.start(0, [0])
+    s.start(1, [1])
+    s.advance()
+    s.advance()
+    assert s.done
+    assert s.total_reward == pytest.approx(-2.0)
+    assert s.pop_reward() == pytest.approx(-2.0) and s.pop_reward() == 0.0
+
+
+def test_reward_registry():
+    jobs, cl = synthetic("gpu", 20)
+    assert set(REWARDS) == {"bsld", "wait", "jct", "util", "effectiveness"}
+    with pytest.raises(KeyError, match="unknown reward 'nope'"):
+        make_reward("nope", jobs, cl)
+    with pytest.raises(KeyError, match="unknown speed model"):
+        Stepper(jobs, cl, "nope")
+
+
+def test_fairness_is_jain_of_user_bsld():
+    recs = [job(1, 0, 100, 2, user="a"), job(2, 1, 10, 4, user="b"),
+            job(3, 2, 5, 1, user="b")]
+    s = make(recs, spec(4, per_leaf=2))
+    fifo_blocking(s)
+    m = metrics.compute(s.result())
+    assert s.fairness() == pytest.approx(m["fairness"]["jain_bsld"])
+    assert s.fairness() < 1
+
+
+# ---------------------------------------------------------------------------- history
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 5000), st.integers(0, 9000),
+                          st.integers(1, 64), st.integers(1, 3), st.booleans()),
+                max_size=30),
+       st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-5, 20000)), max_size=12))
+def test_cached_history_estimates_equal_the_uncached_ones(finished, queries):
+    plain, cached = UserHistory(), CachedUserHistory()
+    t = 0
+    for k, (u, run, limit, cpus, leaves, ask) in enumerate(finished):
+        t += run
+        for h in (plain, cached):
+            h.record(u, t, run, limit, cpus, leaves)
+        if ask or k == len(finished) - 1:
+            users = [q for q, _ in queries]
+            limits = [lim for _, lim in queries]
+            a = plain.estimates(users, limits, t + 7)
+            b = cached.estimates(users, limits, t + 7)
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15)
+
+
+def test_history_is_fed_as_jobs_finish():
+    recs = [job(1, 0, 100, 1, limit=400, user="a"), job(2, 0, 50, 1, limit=100, user="a")]
+    s = make(recs, spec(2))
+    s.advance()
+    s.start(0, [0])
+    s.start(1, [1])
+    s.advance()
+    assert s.history.to_dict()["a"]["ratios"] == [0.5]
+    s.advance()
+    assert s.history.to_dict()["a"]["ratios"] == [0.5, 0.25]
+
+
+# ---------------------------------------------------------------------------- speed models
+class SlowWhenSpread(SpeedModel):
+    """Twice the recorded run time over more than one leaf; records its hook calls."""
+
+    name = "test-spread"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def run_time(self, jobs, cluster, job, nodes, leaves):
+        return int(jobs.run[job]) * (2 if leaves > 1 else 1)
+
+    def on_start(self, job, nodes, leaves, t):
+        self.calls.append(("start", job, t))
+
+    def on_finish(self, job, t):
+        self.calls.append(("finish", job, t))
+
+
+def test_speed_model_by_name_with_hooks_and_exact_bsld(monkeypatch):
+    monkeypatch.setitem(SPEED_MODELS, "test-spread", SlowWhenSpread)
+    jobs, cl = synthetic("gpu", 120, seed=4)
+    s = Stepper(jobs, cl, "test-spread")
+    rng = np.random.default_rng(1)
+    while not s.done:
+        p = s.pending()
+        ok = p[s.fits(p)]
+        if ok.size and (rng.random() < 0.6 or not s.can_advance):
+            row = int(rng.choice(ok))
+            c = s.candidates(row)
+            s.start(row, c.nodes(int(rng.integers(len(c)))))
+        else:
+            s.advance()
+    res = s.result()
+    run = res.end - res.start
+    assert (run == np.where(res.leaves > 1, 2, 1) * jobs.run).all()
+    assert (res.leaves > 1).any()  # some job was spread (and slowed down)
+    calls = s.speed.calls
+    assert sorted(j for k, j, _ in calls if k == "start") == list(range(jobs.n))
+    assert all(t == res.end[j] for k, j, t in calls if k == "finish")
+    bsld = metrics.job_metrics(res)["bsld"]
+    assert s.total_reward == pytest.approx(-bsld.sum(), rel=1e-9)

@@ -1,0 +1,519 @@
+"""The Gymnasium environment for learning to schedule: a thin wrapper over the stepper.
+
+:class:`SchedEnv` drives a :class:`~trainer.sim.stepper.Stepper` (the pure decision
+core in ``trainer/sim``) one decision at a time.
+
+Decisions
+    *Job phase*: action ``k < max_jobs`` starts the ``k``-th visible pending job (the
+    first ``max_jobs`` pending jobs in arrival order) now; action ``max_jobs`` is
+    *hold*: time runs to the next event (a completion or an arrival), which is
+    processed. With ``place=False`` the job goes where Slurm's topology/tree best fit
+    puts it (``trainer.sim.placement.PLACEMENTS["tree"]``, the batch simulator's
+    default placement). With ``place=True`` a *placement phase* follows: action ``k``
+    picks candidate node set ``k`` of
+    :func:`slurm_plugin.placement.candidates` for that job (the ``phase`` entry of the
+    observation says which phase it is).
+
+Masks
+    ``info["action_mask"]`` (bool, ``max_jobs + 1``; also :meth:`SchedEnv.action_masks`)
+    allows, in the job phase, the visible jobs that fit now (enough free nodes of their
+    partition) and hold, unless holding could change nothing (no job running and none
+    still to arrive); in the placement phase, the job's candidates. An action outside
+    the mask is rejected: by default the state does not change, the step earns
+    ``-invalid_penalty`` and ``info["invalid_action"]`` says why; with
+    ``invalid_action="raise"`` it raises :class:`ValueError`.
+
+Time skips ahead by itself
+    Whenever no visible job fits, hold is the only legal action, so the environment
+    takes it itself (as often as needed) before returning: an agent only sees moments
+    where it has a real choice. Episodes get much shorter (a busy cluster spends most
+    events with nothing that fits), and the reward of the skipped time is part of the
+    step that led there.
+
+Observations
+    A :class:`gymnasium.spaces.Dict` of fixed-shape arrays (padded to ``max_jobs`` jobs
+    and the cluster's nodes): ``jobs`` (:data:`~slurm_plugin.features.JOB_FEATURES`),
+    ``job_present`` (row holds a job), ``job_mask`` (the job fits now), ``nodes``
+    (:data:`~slurm_plugin.features.NODE_FEATURES`), ``node_leaf``, ``globals``,
+    ``phase`` (0 job, 1 placement), ``selected`` (the job being placed, one-hot),
+    ``candidates`` (``max_candidates x nodes``) and ``candidate_mask``. The unpadded
+    :class:`~slurm_plugin.features.Observation` (the same the live helper builds) is in
+    ``info["observation"]`` and the :class:`~slurm_plugin.placement.Candidates` in
+    ``info["candidates"]`` (``None`` in the job phase), for a policy that takes
+    variable-length input. Both compare by value.
+
+Episodes
+    A window of ``episode_jobs`` consecutive jobs (by arrival), its first row drawn
+    with ``self.np_random`` (or ``options={"start": row}``), from the job table given;
+    the whole table when ``episode_jobs`` is ``None`` or not smaller. Times are shifted
+    so the window's first job arrives at 0; the cluster starts empty; the user history
+    starts from up to ``history_jobs`` earlier jobs that ended (as recorded: arrival +
+    run) before the window. The episode terminates when every job of the window has
+    finished, and is truncated after ``max_steps`` steps.
+
+Rewards
+    By name from :data:`trainer.sim.stepper.REWARDS` (``bsld`` by default: the return is
+    minus the sum of the window's bounded slowdowns). ``fairness > 0`` adds, once at the
+    end of the episode, ``fairness * jobs * (J - 1)``, ``J`` Jain's index of the users'
+    mean bounded slowdowns over the finished jobs (0 when every user is slowed down
+    alike; the same index as :func:`trainer.sim.metrics.compute`'s ``jain_bsld``),
+    sized like the bsld return so a weight of about 1 makes it count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from typing import Any, Literal
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from slurm_plugin.features import (
+    GLOBAL_FEATURES,
+    JOB_FEATURES,
+    NODE_FEATURES,
+    Normalisation,
+    Observation,
+)
+from slurm_plugin.placement import Candidates
+
+from .sim import metrics
+from .sim.engine import SimResult
+from .sim.speed import SPEED_MODELS
+from .sim.state import Cluster, JobTable, build_jobs
+from .sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, window
+from .sim.workload import WorkloadConfig, default_cluster, generate, replay_records
+
+__all__ = [
+    "EnvCandidates",
+    "EnvConfig",
+    "EnvObservation",
+    "SchedEnv",
+    "from_table",
+    "from_workload",
+]
+
+#: Bound of the feature boxes (features are logs and shares, far inside it).
+FEATURE_BOUND = 1e3
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Settings of :class:`SchedEnv` (the single source of its defaults)."""
+
+    max_jobs: int = 64
+    """Pending jobs visible at a decision (the first ones in arrival order); the job
+    actions are ``0..max_jobs-1``, hold is ``max_jobs``."""
+    max_candidates: int = 8
+    """Candidate node sets proposed in the placement phase (at most ``max_jobs + 1``)."""
+    place: bool = False
+    """Let the agent pick the node set of each job it starts (a second step); else
+    Slurm's topology/tree best fit places it."""
+    episode_jobs: int | None = 256
+    """Jobs per episode: a window of consecutive jobs drawn from the table; ``None``:
+    the whole table."""
+    reward: str = "bsld"
+    """Reward name in :data:`trainer.sim.stepper.REWARDS`: ``bsld``, ``wait``, ``jct``,
+    ``util`` or ``effectiveness``."""
+    fairness: float = 0.0
+    """Weight of the end-of-episode fairness term (module docstring); 0: none."""
+    speed_model: str = "none"
+    """Speed model name in :data:`trainer.sim.speed.SPEED_MODELS`."""
+    max_steps: int | None = None
+    """Steps after which an episode is truncated; ``None``: 8 x the window's jobs (an
+    episode takes at most about 4 x its jobs steps)."""
+    tau: float = 10.0
+    """Bounded-slowdown threshold, s (:data:`trainer.sim.metrics.TAU`)."""
+    history_jobs: int = 256
+    """Earlier jobs (ended before the window starts) the user history starts from."""
+    invalid_action: Literal["reject", "raise"] = "reject"
+    """What a masked action does: ``reject`` (no change, ``-invalid_penalty``,
+    ``info["invalid_action"]``) or ``raise`` (:class:`ValueError`)."""
+    invalid_penalty: float = 1.0
+    """Reward of a rejected action, negated."""
+    frag_samples: int = 100
+    """About how many fragmentation samples an episode's result takes (over the
+    window's arrival span)."""
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"EnvConfig: {what}")
+
+        need(self.max_jobs >= 1, "max_jobs must be at least 1")
+        need(1 <= self.max_candidates <= self.max_jobs + 1,
+             "max_candidates must lie in [1, max_jobs + 1] (one action space serves both"
+             " phases)")
+        need(self.episode_jobs is None or self.episode_jobs >= 1,
+             "episode_jobs must be None or at least 1")
+        need(self.reward in REWARDS, f"reward must be one of {sorted(REWARDS)}")
+        need(self.speed_model in SPEED_MODELS,
+             f"speed_model must be one of {sorted(SPEED_MODELS)}")
+        need(self.max_steps is None or self.max_steps >= 1, "max_steps must be None or >= 1")
+        need(self.tau > 0, "tau must be positive")
+        need(self.fairness >= 0, "fairness must be >= 0")
+        need(self.history_jobs >= 0, "history_jobs must be >= 0")
+        need(self.frag_samples >= 1, "frag_samples must be >= 1")
+        need(self.invalid_action in ("reject", "raise"),
+             "invalid_action must be 'reject' or 'raise'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a JSON-able dict."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------- info objects
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            if not (isinstance(y, np.ndarray) and x.shape == y.shape
+                    and x.dtype == y.dtype and np.array_equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@dataclass(frozen=True, eq=False)
+class EnvObservation(Observation):
+    """A :class:`~slurm_plugin.features.Observation` that compares by value."""
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other) if is_dataclass(other) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, obs: Observation) -> EnvObservation:
+        """The same observation (its arrays shared)."""
+        return cls(**{f.name: getattr(obs, f.name) for f in fields(obs)})
+
+
+@dataclass(frozen=True, eq=False)
+class EnvCandidates(Candidates):
+    """:class:`~slurm_plugin.placement.Candidates` that compare by value."""
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other) if is_dataclass(other) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, c: Candidates) -> EnvCandidates:
+        """The same candidates (arrays shared)."""
+        return cls(sets=c.sets, kinds=c.kinds, leaves=c.leaves)
+
+
+# ---------------------------------------------------------------------------- environment
+class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
+    """Pick the next job to start (and optionally its nodes), or hold (module docstring).
+
+    Args:
+        jobs: The job table episodes are drawn from.
+        cluster: The cluster.
+        config: Settings; default :class:`EnvConfig`.
+        norm: Feature normalisation.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, jobs: JobTable, cluster: Cluster, config: EnvConfig | None = None,
+                 norm: Normalisation | None = None) -> None:
+        super().__init__()
+        if jobs.n == 0:
+            raise ValueError("the job table is empty: nothing to schedule")
+        self.jobs = jobs
+        self.cluster = cluster
+        self.config = cfg = config or EnvConfig()
+        self.norm = norm or Normalisation()
+        self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau)
+        n_nodes = cluster.num_nodes
+        mj, mc = cfg.max_jobs, cfg.max_candidates
+        b = FEATURE_BOUND
+        self.action_space = spaces.Discrete(mj + 1)
+        self.observation_space = spaces.Dict({
+            "jobs": spaces.Box(-b, b, (mj, len(JOB_FEATURES)), np.float32),
+            "job_present": spaces.MultiBinary(mj),
+            "job_mask": spaces.MultiBinary(mj),
+            "nodes": spaces.Box(-b, b, (n_nodes, len(NODE_FEATURES)), np.float32),
+            "node_leaf": spaces.Box(0, max(0, cluster.num_leaves - 1), (n_nodes,), np.int64),
+            "globals": spaces.Box(-b, b, (len(GLOBAL_FEATURES),), np.float32),
+            "phase": spaces.Discrete(2),
+            "selected": spaces.MultiBinary(mj),
+            "candidates": spaces.MultiBinary((mc, n_nodes)),
+            "candidate_mask": spaces.MultiBinary(mc),
+        })
+        self._node_leaf = cluster.leaf_of.astype(np.int64)
+        self._stepper: Stepper | None = None
+        self._rows = np.zeros(0, dtype=np.int64)
+        self._fits = np.zeros(0, dtype=bool)
+        self._obs: Observation | None = None
+        self._phase = 0
+        self._selected = -1
+        self._cands: Candidates | None = None
+        self._steps = 0
+        self._over = True
+        self._window_jobs = 0
+        self._max_steps = 0
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def stepper(self) -> Stepper:
+        """The decision core of the current episode.
+
+        Raises:
+            RuntimeError: Before the first :meth:`reset`.
+        """
+        if self._stepper is None:
+            raise RuntimeError("call reset() first")
+        return self._stepper
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Rows (of the episode's job table) of the visible pending jobs, by action index."""
+        return self._rows.copy()
+
+    def action_masks(self) -> np.ndarray:
+        """The legal actions now (as ``info["action_mask"]``)."""
+        cfg = self.config
+        mask = np.zeros(cfg.max_jobs + 1, dtype=bool)
+        if self._over:
+            return mask
+        if self._phase == 1:
+            assert self._cands is not None
+            mask[:len(self._cands)] = True
+        else:
+            mask[:self._rows.size] = self._fits
+            mask[cfg.max_jobs] = self.stepper.can_advance
+        return mask
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode on a window of jobs (module docstring).
+
+        Options:
+            start: First row of the window (instead of a random one).
+
+        Raises:
+            ValueError: If ``options["start"]`` leaves no full window.
+        """
+        super().reset(seed=seed)
+        cfg = self.config
+        n = self.jobs.n
+        size = n if cfg.episode_jobs is None else min(cfg.episode_jobs, n)
+        if options and "start" in options:
+            lo = int(options["start"])
+            if not 0 <= lo <= n - size:
+                raise ValueError(f"options['start'] must lie in [0, {n - size}]")
+        else:
+            lo = int(self.np_random.integers(0, n - size + 1))
+        jobs = window(self.jobs, lo, lo + size)
+        self._stepper = Stepper(jobs, self.cluster, cfg.speed_model, reward=self.reward_fn,
+                                history=self._history(lo), norm=self.norm,
+                                samples=cfg.frag_samples)
+        self._window_jobs = size
+        self._max_steps = cfg.max_steps if cfg.max_steps is not None else 8 * size
+        self._steps = 0
+        self._over = False
+        self._phase = 0
+        self._cands = None
+        self._selected = -1
+        self._refresh()
+        self.stepper.pop_reward()  # nothing accrues before the first arrival
+        return self._observe(), self._info()
+
+    def _history(self, lo: int) -> CachedUserHistory:
+        """The user history before row ``lo``: earlier jobs that ended by its arrival."""
+        hist = CachedUserHistory(self.norm)
+        k = self.config.history_jobs
+        if not k or not lo:
+            return hist
+        jobs = self.jobs
+        t0 = int(jobs.eligible[lo])
+        first = max(0, lo - 8 * k)
+        rows = np.arange(first, lo)
+        end = jobs.eligible[rows] + jobs.run[rows]
+        keep = end <= t0
+        rows, end = rows[keep], end[keep]
+        o = np.argsort(end, kind="stable")[-k:]
+        cap_c = int(self.cluster.cap_c.max())
+        for r, e in zip(rows[o].tolist(), end[o].tolist(), strict=True):
+            per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
+            limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
+            user = jobs.users[int(jobs.user[r])] if jobs.users else ""
+            hist.record(user, e - t0, int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
+        return hist
+
+    def _refresh(self) -> None:
+        """Skip ahead while no visible job fits; then observe the decision."""
+        st = self.stepper
+        mj = self.config.max_jobs
+        while True:
+            rows = st.visible(mj)
+            fits = st.fits(rows)
+            if fits.any() or not st.can_advance:
+                break
+            st.advance()
+        self._rows, self._fits = rows, fits
+        self._obs = st.observation(mj) if not st.done else None
+
+    # ------------------------------------------------------------------ step
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Take one decision (module docstring).
+
+        Raises:
+            RuntimeError: If the episode is over (call :meth:`reset`).
+            ValueError: On a masked action with ``invalid_action="raise"``.
+        """
+        if self._over:
+            raise RuntimeError("the episode is over: call reset()")
+        cfg = self.config
+        st = self.stepper
+        self._steps += 1
+        a = int(action)
+        mask = self.action_masks()
+        invalid = None
+        if not 0 <= a < mask.size:
+            invalid = f"action {a} is outside [0, {mask.size})"
+        elif not mask[a]:
+            invalid = self._why(a)
+        reward = 0.0
+        if invalid is not None:
+            if cfg.invalid_action == "raise":
+                raise ValueError(f"masked action: {invalid} (see info['action_mask'])")
+            reward = -cfg.invalid_penalty
+        elif self._phase == 1:
+            assert self._cands is not None
+            row = int(self._rows[self._selected])
+            st.start(row, self._cands.nodes(a))
+            self._phase, self._cands, self._selected = 0, None, -1
+            self._refresh()
+        elif a == cfg.max_jobs:
+            st.advance()
+            self._refresh()
+        else:
+            row = int(self._rows[a])
+            if cfg.place:
+                self._cands = st.candidates(row, cfg.max_candidates)
+                self._phase, self._selected = 1, a
+            else:
+                nodes = st.best_fit(row)
+                assert nodes is not None  # it fits: the mask said so
+                st.start(row, nodes)
+                self._refresh()
+        reward += st.pop_reward()
+        terminated = st.done
+        truncated = not terminated and self._steps >= self._max_steps
+        if terminated or truncated:
+            self._over = True
+            if cfg.fairness:
+                reward += cfg.fairness * self._window_jobs * (st.fairness() - 1.0)
+        info = self._info()
+        if invalid is not None:
+            info["invalid_action"] = invalid
+        if terminated:
+            info["episode_metrics"] = self._episode_metrics()
+        return self._observe(), float(reward), terminated, truncated, info
+
+    def _why(self, a: int) -> str:
+        mj = self.config.max_jobs
+        if self._phase == 1:
+            k = len(self._cands) if self._cands is not None else 0
+            return f"placement phase: action {a} is not one of the {k} candidates"
+        if a == mj:
+            return "hold: no job is running and none is still to arrive"
+        if a >= self._rows.size:
+            return f"job {a}: only {self._rows.size} jobs are pending"
+        return f"job {a} (job id {int(self.stepper.jobs.job_id[self._rows[a]])}) does not fit now"
+
+    # ------------------------------------------------------------------ output
+    def _observe(self) -> dict[str, Any]:
+        cfg = self.config
+        mj, mc = cfg.max_jobs, cfg.max_candidates
+        n_nodes = self.cluster.num_nodes
+        b = FEATURE_BOUND
+        jobs = np.zeros((mj, len(JOB_FEATURES)), dtype=np.float32)
+        present = np.zeros(mj, dtype=np.int8)
+        job_mask = np.zeros(mj, dtype=np.int8)
+        selected = np.zeros(mj, dtype=np.int8)
+        cands = np.zeros((mc, n_nodes), dtype=np.int8)
+        cmask = np.zeros(mc, dtype=np.int8)
+        obs = self._obs
+        if obs is not None:
+            k = obs.n_jobs
+            np.clip(obs.jobs, -b, b, out=jobs[:k])
+            present[:k] = 1
+            job_mask[:k] = self._fits
+            nodes = np.clip(obs.nodes, -b, b)
+            glob = np.clip(obs.globals, -b, b)
+        else:  # the episode is over: no pending job, an empty cluster
+            nodes = np.zeros((n_nodes, len(NODE_FEATURES)), dtype=np.float32)
+            glob = np.zeros(len(GLOBAL_FEATURES), dtype=np.float32)
+        if self._phase == 1 and self._cands is not None:
+            selected[self._selected] = 1
+            kc = len(self._cands)
+            cands[:kc] = self._cands.sets
+            cmask[:kc] = 1
+        return {
+            "jobs": jobs, "job_present": present, "job_mask": job_mask,
+            "nodes": nodes.astype(np.float32, copy=False),
+            "node_leaf": self._node_leaf.copy(),
+            "globals": glob.astype(np.float32, copy=False),
+            "phase": np.int64(self._phase), "selected": selected,
+            "candidates": cands, "candidate_mask": cmask,
+        }
+
+    def _info(self) -> dict[str, Any]:
+        st = self.stepper
+        return {
+            "observation": EnvObservation.of(self._obs) if self._obs is not None else None,
+            "candidates": EnvCandidates.of(self._cands) if self._cands is not None else None,
+            "action_mask": self.action_masks(),
+            "phase": self._phase,
+            "now": st.now,
+            "rows": self._rows.copy(),
+        }
+
+    def _episode_metrics(self) -> dict[str, float]:
+        res = self.stepper.result()
+        pj = metrics.job_metrics(res)
+        return {
+            "jobs": float(res.jobs.n),
+            "bsld_mean": float(pj["bsld"].mean()),
+            "wait_mean": float(pj["wait"].mean()),
+            "jct_mean": float(pj["jct"].mean()),
+            "effectiveness_mean": float(pj["effectiveness"].mean()),
+            "jain_bsld": self.stepper.fairness(),
+            "makespan": float(res.end.max() - res.jobs.eligible.min()),
+            "reward_sum": self.stepper.total_reward,
+        }
+
+    def result(self) -> SimResult:
+        """The finished episode as a :class:`~trainer.sim.engine.SimResult` (for metrics).
+
+        Raises:
+            RuntimeError: If the episode's jobs have not all finished.
+        """
+        return self.stepper.result()
+
+
+# ---------------------------------------------------------------------------- constructors
+def from_table(jobs: JobTable, cluster: Cluster, env_config: EnvConfig | None = None,
+               norm: Normalisation | None = None) -> SchedEnv:
+    """An environment over an existing job table (a trace or the job store)."""
+    return SchedEnv(jobs, cluster, env_config, norm)
+
+
+def from_workload(config: WorkloadConfig | None = None, env_config: EnvConfig | None = None,
+                  norm: Normalisation | None = None) -> SchedEnv:
+    """An environment over a synthetic workload on its default cluster."""
+    wc = config or WorkloadConfig()
+    spec = default_cluster(wc)
+    cluster = Cluster.from_spec(spec)
+    jobs = build_jobs(replay_records(generate(wc), spec), cluster)
+    return SchedEnv(jobs, cluster, env_config, norm)
