@@ -838,8 +838,54 @@ class Store:
                 created_at=_now() if at is None else at, mode=mode,
             )))
 
-    def audit_log(self, limit: int = 100, since: int | None = None) -> list[AuditRecord]:
-        """The latest ``limit`` audit entries (at or after ``since``), oldest first."""
+    def audit_many(
+        self,
+        entries: Sequence[tuple[int, str, object, object]],
+        model_sha: str | None,
+        *,
+        cluster_id: int | None = None,
+        mode: str = "enforce",
+        at: int | None = None,
+    ) -> int:
+        """Record several changes in one transaction (all or none); return how many.
+
+        Each entry is ``(job_id, field, old, new)``, stored as :meth:`audit` stores one.
+
+        Raises:
+            ValueError: If a field, ``mode`` or ``model_sha`` is too long (nothing stored).
+        """
+        if not mode or len(mode) > MODE_LEN:
+            raise ValueError(f"mode must be 1 to {MODE_LEN} characters")
+        if model_sha is not None and len(model_sha) > MODEL_LEN:
+            raise ValueError(f"model id longer than {MODEL_LEN} characters")
+        when = _now() if at is None else at
+        rows = []
+        for job_id, fld, old, new in entries:
+            if not fld or len(fld) > FIELD_LEN:
+                raise ValueError(f"field must be 1 to {FIELD_LEN} characters")
+            rows.append({
+                "cluster_id": cluster_id, "job_id": int(job_id), "field": fld,
+                "old_value": _text(old), "new_value": _text(new), "model_sha": model_sha,
+                "created_at": when, "mode": mode,
+            })
+        if rows:
+            with self.engine.begin() as conn:
+                conn.execute(insert(_AUDIT), rows)
+        return len(rows)
+
+    def audit_log(
+        self,
+        limit: int | None = 100,
+        since: int | None = None,
+        *,
+        job_id: int | None = None,
+        field: str | None = None,
+        mode: str | None = None,
+    ) -> list[AuditRecord]:
+        """The latest ``limit`` audit entries, oldest first (``limit=None``: all).
+
+        Optional filters: created at or after ``since``, of one job, one field, one mode.
+        """
         a = _AUDIT.c
         stmt = select(
             a.id, a.cluster_id, a.job_id, a.field, a.old_value, a.new_value, a.model_sha,
@@ -847,7 +893,15 @@ class Store:
         )
         if since is not None:
             stmt = stmt.where(a.created_at >= since)
-        stmt = stmt.order_by(a.id.desc()).limit(limit)
+        if job_id is not None:
+            stmt = stmt.where(a.job_id == job_id)
+        if field is not None:
+            stmt = stmt.where(a.field == field)
+        if mode is not None:
+            stmt = stmt.where(a.mode == mode)
+        stmt = stmt.order_by(a.id.desc())
+        if limit is not None:
+            stmt = stmt.limit(limit)
         with self.engine.connect() as conn:
             rows = list(conn.execute(stmt))
         return [AuditRecord(**row._mapping) for row in reversed(rows)]

@@ -288,3 +288,27 @@ def test_audit_log_round_trip(store):
     assert [e.job_id for e in store.audit_log(since=T0 + 5)] == [102, 103]
     with pytest.raises(ValueError):
         store.audit(1, "f" * 65, 0, 1, None)
+
+
+def test_audit_many_is_one_transaction_and_filters_select(store):
+    cid = store.cluster("a")
+    n = store.audit_many([(1, "site_factor", 0, 900), (2, "req_nodes", None, "node[01-02]"),
+                          (1, "site_factor", 900, 0)], "ab" * 32, cluster_id=cid,
+                         mode="shadow", at=T0)
+    assert n == 3
+    store.audit_many([(3, "site_factor", 0, 5)], None, mode="enforce", at=T0 + 1)
+    log = store.audit_log(None)
+    assert [(e.job_id, e.field, e.old_value, e.new_value, e.mode) for e in log] == [
+        (1, "site_factor", "0", "900", "shadow"), (2, "req_nodes", None, "node[01-02]", "shadow"),
+        (1, "site_factor", "900", "0", "shadow"), (3, "site_factor", "0", "5", "enforce")]
+    assert all(e.created_at == T0 for e in log[:3]) and log[0].cluster_id == cid
+    assert [e.job_id for e in store.audit_log(job_id=1)] == [1, 1]
+    assert [e.job_id for e in store.audit_log(field="req_nodes")] == [2]
+    assert [e.job_id for e in store.audit_log(mode="enforce")] == [3]
+    assert store.audit_many([], None) == 0
+    # a bad entry stores nothing of its batch
+    with pytest.raises(ValueError):
+        store.audit_many([(4, "site_factor", 0, 1), (5, "f" * 65, 0, 1)], None)
+    with pytest.raises(ValueError):
+        store.audit_many([(4, "site_factor", 0, 1)], None, mode="m" * 17)
+    assert len(store.audit_log(None)) == 4
