@@ -5,8 +5,9 @@ Modules:
 - :mod:`exporter.onnx_export`: ``export(checkpoint, out_path)`` (``rlsched export``);
   needs the ``export`` extra and torch.
 - :mod:`exporter.parity`: onnxruntime vs torch on simulator observations and edge cases.
-- :mod:`exporter.verify`: the checks and smoke test of ``rlsched verify`` (runtime only:
-  numpy, onnxruntime, click).
+- :mod:`exporter.verify`: ``rlsched verify``: the helper's own checks
+  (:func:`slurm_plugin.model.load_model`) plus a smoke test (runtime only: numpy,
+  onnxruntime, click).
 - :mod:`exporter.policy`: ``OnnxPolicy``, an exported model as a simulator policy.
 - :mod:`exporter.contract`, :mod:`exporter.synthetic`: contract names, input feeding,
   synthetic observations (runtime only).
@@ -17,8 +18,9 @@ install alone.
 The model contract
 ==================
 
-The contract between ``exporter/`` (writes) and ``slurm_plugin/`` (reads). It is fixed;
-the constants of :mod:`exporter.contract` spell it.
+The contract between ``exporter/`` (writes) and ``slurm_plugin/`` (reads:
+:mod:`slurm_plugin.model`). It is fixed; the constants of :mod:`slurm_plugin.model` and
+:mod:`exporter.contract` spell it.
 
 Files
 -----

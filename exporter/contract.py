@@ -1,22 +1,27 @@
-"""The names, types and formats of the model contract (see :mod:`exporter`'s docstring).
+"""The model contract as the writer needs it (see :mod:`exporter`'s docstring).
 
-Shared by the writer (:mod:`exporter.onnx_export`) and the checks
-(:mod:`exporter.verify`), and by anything that feeds a contract model
-(:func:`feed`). Only numpy and the standard library: ``rlsched verify`` runs with the
-runtime install.
-
-When ``slurm_plugin.model`` (the helper's loader, same contract) lands on main, its
-``MODEL_FORMAT``, ``CARD_FORMAT``, ``CARD_SUFFIX``, ``INPUTS``, ``OUTPUTS`` and
-``card_path`` are the ones to import here instead of defining them twice.
+The names, formats and the card location are the reader's
+(:mod:`slurm_plugin.model`: ``MODEL_FORMAT``, ``CARD_FORMAT``, ``CARD_SUFFIX``,
+``INPUTS``, ``OUTPUTS``, ``card_path``), re-exported here; this module adds the
+``metadata_props`` keys and card fields the exporter writes, and :func:`feed`, the
+input dict of one observation. numpy, :mod:`slurm_plugin` and the standard library
+only: ``rlsched verify`` runs with the runtime install.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Final
 
 import numpy as np
+
+from slurm_plugin.model import (
+    CARD_FORMAT,
+    CARD_SUFFIX,
+    INPUTS,
+    MODEL_FORMAT,
+    OUTPUTS,
+    card_path,
+)
 
 __all__ = [
     "CARD_FIELDS",
@@ -39,29 +44,6 @@ __all__ = [
     "feed",
 ]
 
-#: ``rlsched.format`` inside the ONNX file.
-MODEL_FORMAT: Final = "rlsched-model/1"
-#: ``format`` of the model card.
-CARD_FORMAT: Final = "rlsched-model-card/1"
-#: The card of ``model.onnx`` is ``model.onnx.card.json``.
-CARD_SUFFIX: Final = ".card.json"
-
-#: Contract inputs, in order: name -> the type onnxruntime reports for it. A graph may
-#: omit some (the runtime feeds those the session declares); it may add none.
-INPUTS: Final[dict[str, str]] = {
-    "jobs": "tensor(float)",
-    "job_mask": "tensor(bool)",
-    "nodes": "tensor(float)",
-    "node_leaf": "tensor(int64)",
-    "n_leaves": "tensor(int64)",
-    "globals": "tensor(float)",
-    "cand_sets": "tensor(bool)",
-    "cand_mask": "tensor(bool)",
-    "place_job": "tensor(int64)",
-}
-#: Contract outputs, in order (all required).
-OUTPUTS: Final[tuple[str, ...]] = ("job_logits", "place_logits", "value")
-
 # metadata_props keys (strings) inside the ONNX file
 META_FORMAT: Final = "rlsched.format"
 META_SCHEMA_VERSION: Final = "rlsched.schema_version"
@@ -80,11 +62,6 @@ CARD_FIELDS: Final[tuple[str, ...]] = (
 CLUSTER_FIELDS: Final[tuple[str, ...]] = ("name", "nodes", "gpus", "leaves", "switch_tree_hash")
 #: Keys of the card's ``training``.
 TRAINING_FIELDS: Final[tuple[str, ...]] = ("algorithm", "config", "window")
-
-
-def card_path(model: str | os.PathLike[str]) -> Path:
-    """Where the card of ``model`` lives: the model path plus ``.card.json``."""
-    return Path(os.fspath(model) + CARD_SUFFIX)
 
 
 def feed(jobs: np.ndarray, job_mask: np.ndarray, nodes: np.ndarray, node_leaf: np.ndarray,

@@ -28,11 +28,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from slurm_plugin.scorer import MASKED
 from trainer.policy import PolicyNet
 
 from .contract import OUTPUTS
 from .synthetic import Case, edge_cases
-from .verify import MASKED, run_case
+from .verify import run_case
 
 __all__ = [
     "ATOL",

@@ -25,11 +25,11 @@ import torch
 from torch import Tensor
 
 from slurm_plugin.features import Normalisation, UserHistory
+from slurm_plugin.model import load_model
 from trainer.policy import Batch, PolicyNet, TorchPolicy
 from trainer.sim.slurm import PrioritySettings
 
 from .contract import OUTPUTS, feed
-from .verify import load_model
 
 __all__ = ["OnnxPolicy", "OrtBackend"]
 
@@ -106,10 +106,10 @@ class OnnxPolicy(TorchPolicy):
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **kwargs: Any) -> OnnxPolicy:
-        """A policy from ``model.onnx``, checked first as ``rlsched verify`` checks it.
+        """A policy from ``model.onnx``, checked first as the helper checks it.
 
         Raises:
-            exporter.verify.ModelError: If the model fails the checks.
+            slurm_plugin.model.ModelError: If the model fails the checks.
         """
         m = load_model(path)
         return cls(m.session, norm=m.norm, **kwargs)
