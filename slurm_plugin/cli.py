@@ -59,12 +59,21 @@ COMMANDS: dict[str, CommandEntry] = {
         "trainer.cli:compare",
         "Replay the same jobs under every baseline (Slurm, FIFO, SJF...) side by side.",
     ),
+    "export": CommandEntry(
+        "exporter.cli:export",
+        "Compile a trained policy checkpoint to a verified ONNX model with its model card.",
+        extra="export",
+    ),
+    "verify": CommandEntry(
+        "exporter.verify:verify",
+        "Check an ONNX policy against its model card and this install, then smoke-test it.",
+    ),
 }
 
 #: Packages an extra provides, to tell a missing extra from a bug.
 EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "train": ("torch", "gymnasium", "matplotlib", "tqdm"),
-    "export": ("onnx", "torch"),
+    "export": ("onnx", "torch", "gymnasium"),
     "dist": ("ray",),
     "pyslurm": ("pyslurm",),
 }
