@@ -200,6 +200,11 @@ class Batch:
         """Column of the hold logit in :meth:`PolicyNet.forward_batch`'s job logits."""
         return int(self.jobs.shape[1])
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on ``device``."""
+        return Batch(**{f.name: getattr(self, f.name).to(device)
+                        for f in dataclasses.fields(self)})
+
 
 def obs_tensors(obs: Observation, cands: Candidates | np.ndarray | None = None,
                 place_job: int | None = None) -> tuple[Tensor, ...]:
@@ -333,7 +338,7 @@ class PolicyNet(nn.Module):
 
         # per leaf: one-hot (N, L) pooling
         n_leaves = node_leaf.max() + 1  # a tensor: L stays dynamic in the ONNX graph
-        leaves = torch.arange(n_leaves)  # type: ignore[call-overload]
+        leaves = torch.arange(n_leaves, device=node_leaf.device)  # type: ignore[call-overload]
         onehot = (node_leaf.unsqueeze(1) == leaves.unsqueeze(0)).to(dt)
         cnt = onehot.sum(0)                                       # [L]
         leaf_mean = onehot.t().matmul(ne) / cnt.clamp(min=1.0).unsqueeze(1)
@@ -388,7 +393,7 @@ class PolicyNet(nn.Module):
             ``job_logits [B, J + 1]`` (hold in column ``J``; padded and masked jobs
             ``-1e9``), ``place_logits [B, K]``, ``value [B]``.
         """
-        dt = b.jobs.dtype
+        dt, dev = b.jobs.dtype, b.jobs.device
         bsz, jmax = int(b.jobs.shape[0]), int(b.jobs.shape[1])
         h = self.config.hidden
         jv_f = b.job_valid.to(dt)
@@ -399,16 +404,17 @@ class PolicyNet(nn.Module):
         # per leaf: scatter-add into B * L slots (+1 dump slot for padding)
         n_leaves = int(b.node_leaf.max()) + 1 if b.node_leaf.numel() else 1
         slots = bsz * n_leaves
-        flat = b.node_leaf + torch.arange(bsz).unsqueeze(1) * n_leaves
+        flat = b.node_leaf + torch.arange(bsz, device=dev).unsqueeze(1) * n_leaves
         flat = torch.where(b.node_valid, flat, torch.full_like(flat, slots)).reshape(-1)
-        leaf_sum = torch.zeros(slots + 1, h, dtype=dt).index_add(0, flat, ne.reshape(-1, h))
-        cnt = torch.zeros(slots + 1, dtype=dt).index_add(0, flat, nv_f.reshape(-1))
+        leaf_sum = torch.zeros(slots + 1, h, dtype=dt, device=dev).index_add(
+            0, flat, ne.reshape(-1, h))
+        cnt = torch.zeros(slots + 1, dtype=dt, device=dev).index_add(0, flat, nv_f.reshape(-1))
         leaf_sum = leaf_sum[:slots].reshape(bsz, n_leaves, h)
         cnt = cnt[:slots].reshape(bsz, n_leaves)
         leaf_mean = leaf_sum / cnt.clamp(min=1.0).unsqueeze(-1)
         le = self.leaf_enc(torch.cat((leaf_mean, torch.log1p(cnt).unsqueeze(-1)), -1))
         present = (cnt > 0).to(dt)
-        zrow = torch.zeros(bsz, 1, h, dtype=dt)
+        zrow = torch.zeros(bsz, 1, h, dtype=dt, device=dev)
         leaf_pool = torch.cat((
             (present.unsqueeze(-1) * le).sum(1) / present.sum(1, keepdim=True).clamp(min=1.0),
             torch.cat((le * present.unsqueeze(-1), zrow), 1).max(1).values,
@@ -433,7 +439,7 @@ class PolicyNet(nn.Module):
         kmax = int(c.shape[1])
         size = c.sum(-1)
         set_nodes = torch.bmm(c, ne) / size.clamp(min=1.0).unsqueeze(-1)
-        touch = torch.zeros(slots + 1, kmax, dtype=dt).index_add(
+        touch = torch.zeros(slots + 1, kmax, dtype=dt, device=dev).index_add(
             0, flat, c.transpose(1, 2).reshape(bsz * int(c.shape[2]), kmax))[:slots]
         touch = touch.reshape(bsz, n_leaves, kmax).transpose(1, 2)    # [B, K, L]
         used = (touch > 0).to(dt)
@@ -444,7 +450,7 @@ class PolicyNet(nn.Module):
         pj = torch.where(b.place_job < 0, torch.full_like(b.place_job, jmax),
                          torch.minimum(b.place_job, n_jobs))
         pj = torch.where(pj >= n_jobs, torch.full_like(pj, jmax), pj)
-        jv = torch.cat((je, zrow), 1)[torch.arange(bsz), pj]      # [B, H]
+        jv = torch.cat((je, zrow), 1)[torch.arange(bsz, device=dev), pj]      # [B, H]
         place_in = torch.cat((set_nodes, set_leaves, jv.unsqueeze(1).expand_as(set_nodes),
                               torch.log1p(span).unsqueeze(-1), torch.log1p(size).unsqueeze(-1),
                               fill.unsqueeze(-1)), -1)

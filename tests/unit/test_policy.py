@@ -186,8 +186,11 @@ def test_batched_path_equals_single_path():
         obs, nr = make_obs(j, n, leaves, k)
         cands = candidates(nr, 1, 1, 0) if n > 1 else None
         items.append((obs, cands, min(2, j - 1) if j else None))
+    batch = batch_tensors(items)
     with torch.no_grad():
-        jl, pl, val = net.forward_batch(batch_tensors(items))
+        jl, pl, val = net.forward_batch(batch)
+        assert torch.equal(net.forward_batch(batch.to("cpu"))[0], jl)
+    assert batch.hold_index == jl.shape[1] - 1
     jmax = max(o.n_jobs for o, _, _ in items)
     assert jl.shape == (len(items), jmax + 1)
     for i, (obs, cands, pj) in enumerate(items):
