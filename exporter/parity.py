@@ -5,7 +5,11 @@
 session on the same inputs and compares, per input:
 
 - the masked entries (``-1e9``) of ``job_logits`` and ``place_logits`` are the same;
-- on the unmasked entries and ``value``, ``max |onnx - torch| <= atol`` (``1e-5``);
+- on the unmasked entries and ``value``, ``max |onnx - torch| <= atol * max(1, scale)``
+  (``atol`` = ``1e-5``), ``scale`` being the largest unmasked ``|torch|`` of that output:
+  exactly ``1e-5`` for outputs within ``[-1, 1]``, and float32's own resolution for large
+  logits (a net trained by imitation puts job logits near 40, where one float32 step is
+  ``3.8e-6`` and two equivalent summation orders differ by a few steps);
 - the argmax of ``job_logits`` (hold included) and of ``place_logits`` (when ``K > 0``)
   is the same, or the two entries are tied within ``atol`` in the torch output (then
   either is a correct argmax).
@@ -166,7 +170,8 @@ def torch_reference(net: PolicyNet, case: Case) -> tuple[np.ndarray, np.ndarray,
 
 def _argmax_agrees(ref: np.ndarray, got: np.ndarray, atol: float) -> bool:
     a, b = int(np.argmax(ref)), int(np.argmax(got))
-    return a == b or abs(float(ref[a]) - float(ref[b])) <= atol
+    scale = max(1.0, abs(float(ref[a])))
+    return a == b or abs(float(ref[a]) - float(ref[b])) <= atol * scale
 
 
 def _compare(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rep: ParityReport
@@ -184,8 +189,9 @@ def _compare(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rep: ParityRe
             why.append(f"{name}: non-finite output")
             continue
         rep.max_diff[name] = max(rep.max_diff[name], d)
-        if d > rep.atol:
-            why.append(f"{name}: max diff {d:.2e}")
+        scale = max(1.0, float(np.abs(r[~rm]).max())) if (~rm).any() else 1.0
+        if d > rep.atol * scale:
+            why.append(f"{name}: max diff {d:.2e} (tolerance {rep.atol * scale:.2e})")
     for name, r, g in zip(OUTPUTS[:2], ref[:2], got[:2], strict=True):
         if r.size:
             rep.argmax_checked += 1
