@@ -1,0 +1,343 @@
+"""The policy network: invariances, sizes, masks, checkpoints, batching, simulator adapter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from slurm_plugin.features import (  # noqa: E402
+    JobsRaw,
+    NodesRaw,
+    Normalisation,
+    Observation,
+    featurize,
+    schema_hash,
+)
+from slurm_plugin.placement import candidates  # noqa: E402
+from trainer.policy import (  # noqa: E402
+    MASKED,
+    PolicyConfig,
+    PolicyNet,
+    SchemaMismatchError,
+    TorchPolicy,
+    batch_tensors,
+    load_checkpoint,
+    obs_tensors,
+    save_checkpoint,
+)
+from trainer.sim.engine import EngineOptions, simulate  # noqa: E402
+from trainer.sim.slurm import SchedulerOptions  # noqa: E402
+from trainer.sim.workload import (  # noqa: E402
+    WorkloadConfig,
+    default_cluster,
+    generate,
+    replay_records,
+)
+
+ATOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def make_obs(n_jobs: int, n_nodes: int, n_leaves: int, seed: int = 0
+             ) -> tuple[Observation, NodesRaw]:
+    rng = np.random.default_rng(seed)
+    j = n_jobs
+    jr = JobsRaw.build(
+        job_id=np.arange(j) + 1, eligible=rng.integers(0, 10_000, j),
+        limit=rng.integers(0, 50_000, j), nodes=rng.integers(1, 4, j),
+        cpus=rng.integers(1, 16, j), gpus=rng.integers(0, 3, j), mem=np.zeros(j),
+        exclusive=rng.random(j) < 0.3, user=rng.integers(0, 5, j),
+        est_run=rng.random(j) * 5000, usage_share=rng.random(j), locality=rng.random(j))
+    leaf = np.sort(np.concatenate([np.arange(min(n_leaves, n_nodes)),
+                                   rng.integers(0, n_leaves, max(0, n_nodes - n_leaves))]))
+    idle = rng.random(n_nodes) < 0.5
+    nr = NodesRaw.build(
+        n_leaves=n_leaves, cap_c=np.full(n_nodes, 16), cap_g=np.full(n_nodes, 4),
+        cap_m=np.zeros(n_nodes), free_c=np.where(idle, 16, rng.integers(0, 16, n_nodes)),
+        free_g=np.where(idle, 4, rng.integers(0, 4, n_nodes)), free_m=np.zeros(n_nodes),
+        idle=idle, up=np.ones(n_nodes, dtype=bool),
+        remaining=np.where(idle, 0, rng.integers(1, 90_000, n_nodes)), leaf=leaf)
+    return featurize(20_000, jr, nr), nr
+
+
+def net_for_tests(hidden: int = 16, seed: int = 0) -> PolicyNet:
+    torch.manual_seed(seed)
+    return PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
+
+
+def run(net, obs, cands=None, place_job=None):
+    with torch.no_grad():
+        return net(*obs_tensors(obs, cands, place_job))
+
+
+# ---------------------------------------------------------------------------- invariances
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_job_scores_are_permutation_equivariant(seed):
+    net = net_for_tests()
+    obs, nr = make_obs(9, 12, 3, seed)
+    cands = candidates(nr, 1, 1, 0)
+    assert len(cands) >= 2
+    perm = np.random.default_rng(seed + 10).permutation(obs.n_jobs)
+    permuted = Observation(obs.jobs[perm], obs.job_mask[perm], obs.job_ids[perm], obs.nodes,
+                           obs.node_leaf, obs.n_leaves, obs.globals, obs.now)
+    place = 4
+    a_jobs, a_place, a_value = run(net, obs, cands, place)
+    b_jobs, b_place, b_value = run(net, permuted, cands, int(np.flatnonzero(perm == place)[0]))
+    np.testing.assert_allclose(b_jobs[:-1].numpy(), a_jobs[:-1].numpy()[perm], atol=ATOL)
+    np.testing.assert_allclose(b_jobs[-1].item(), a_jobs[-1].item(), atol=ATOL)
+    np.testing.assert_allclose(b_place.numpy(), a_place.numpy(), atol=ATOL)
+    np.testing.assert_allclose(b_value.item(), a_value.item(), atol=ATOL)
+    # the scores are not all equal: equivariance is not trivially met
+    assert float(a_jobs[:-1][obs.job_mask].std()) > 1e-4
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_outputs_invariant_to_node_order_within_and_across_leaves(seed):
+    net = net_for_tests()
+    obs, nr = make_obs(7, 15, 4, seed)
+    cands = candidates(nr, 2, 1, 0)
+    assert len(cands) >= 2
+    rng = np.random.default_rng(seed)
+    within = np.concatenate([rng.permutation(np.flatnonzero(obs.node_leaf == k))
+                             for k in range(obs.n_leaves)])
+    anywhere = rng.permutation(obs.n_nodes)
+    base = run(net, obs, cands, 2)
+    for perm in (within, anywhere):
+        moved = Observation(obs.jobs, obs.job_mask, obs.job_ids, obs.nodes[perm],
+                            obs.node_leaf[perm], obs.n_leaves, obs.globals, obs.now)
+        out = run(net, moved, cands.sets[:, perm], 2)
+        for x, y in zip(out, base, strict=True):
+            np.testing.assert_allclose(x.numpy(), y.numpy(), atol=ATOL)
+
+
+def test_leaf_pooling_sees_the_switch_boundaries():
+    # the same nodes grouped in other leaves give another context (pooling is per leaf)
+    net = net_for_tests()
+    obs, _ = make_obs(5, 8, 2, 4)
+    regrouped = Observation(obs.jobs, obs.job_mask, obs.job_ids, obs.nodes,
+                            np.arange(8) % 2, 2, obs.globals, obs.now)
+    assert abs(run(net, obs)[2].item() - run(net, regrouped)[2].item()) > 1e-6
+
+
+# ---------------------------------------------------------------------------- sizes
+def test_empty_queue_no_candidates_one_node():
+    net = net_for_tests()
+    obs, _ = make_obs(0, 1, 1)
+    jobs, place, value = run(net, obs, None, None)
+    assert jobs.shape == (1,) and place.shape == (0,) and value.shape == ()
+    assert torch.isfinite(jobs).all() and torch.isfinite(value)
+    # placing "row 0" of an empty queue is no job, not an error
+    assert run(net, obs, None, 0)[0].shape == (1,)
+
+
+def test_two_thousand_jobs_and_one_node():
+    net = net_for_tests()
+    obs, _ = make_obs(2500, 1, 1, 5)
+    jobs, _, _ = run(net, obs)
+    assert jobs.shape == (2501,)
+    unmasked = jobs[:-1][torch.from_numpy(obs.job_mask)]
+    assert torch.isfinite(unmasked).all() and unmasked.numel() == int(obs.job_mask.sum())
+
+
+def test_many_leaves_and_nodes():
+    net = net_for_tests()
+    obs, nr = make_obs(40, 600, 150, 6)
+    jobs, place, value = run(net, obs, candidates(nr, 3, 2, 1), 7)
+    assert jobs.shape == (41,) and place.shape[0] >= 2 and torch.isfinite(place).all()
+
+
+# ---------------------------------------------------------------------------- masks
+def test_masked_jobs_and_sets_get_the_fill_and_hold_is_never_masked():
+    net = net_for_tests()
+    obs, nr = make_obs(12, 10, 3, 7)
+    cands = candidates(nr, 1, 1, 0)
+    t = list(obs_tensors(obs, cands, 0))
+    mask = torch.tensor([k % 3 != 0 for k in range(obs.n_jobs)])
+    t[1] = mask
+    t[6] = torch.tensor([k % 2 == 0 for k in range(len(cands))])
+    with torch.no_grad():
+        jobs, place, _ = net(*t)
+    assert (jobs[:-1][~mask] == MASKED).all()
+    assert (jobs[:-1][mask] > MASKED / 2).all()
+    assert (place[1::2] == MASKED).all() and (place[0::2] > MASKED / 2).all()
+    t[1] = torch.zeros(obs.n_jobs, dtype=torch.bool)
+    with torch.no_grad():
+        jobs = net(*t)[0]
+    assert (jobs[:-1] == MASKED).all() and jobs[-1] > MASKED / 2
+    # a softmax over all-masked jobs puts everything on hold
+    assert torch.softmax(jobs, 0)[-1].item() == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------- batch
+def test_batched_path_equals_single_path():
+    net = net_for_tests(hidden=24)
+    items = []
+    for k, (j, n, leaves) in enumerate([(5, 12, 3), (0, 1, 1), (30, 40, 7), (3, 20, 5),
+                                        (1, 2, 2)]):
+        obs, nr = make_obs(j, n, leaves, k)
+        cands = candidates(nr, 1, 1, 0) if n > 1 else None
+        items.append((obs, cands, min(2, j - 1) if j else None))
+    with torch.no_grad():
+        jl, pl, val = net.forward_batch(batch_tensors(items))
+    jmax = max(o.n_jobs for o, _, _ in items)
+    assert jl.shape == (len(items), jmax + 1)
+    for i, (obs, cands, pj) in enumerate(items):
+        jobs, place, value = run(net, obs, cands, pj)
+        j, k = obs.n_jobs, 0 if cands is None else len(cands)
+        np.testing.assert_allclose(jl[i, :j].numpy(), jobs[:-1].numpy(), atol=ATOL)
+        np.testing.assert_allclose(jl[i, -1].item(), jobs[-1].item(), atol=ATOL)
+        assert (jl[i, j:-1] == MASKED).all()
+        np.testing.assert_allclose(pl[i, :k].numpy(), place.numpy(), atol=ATOL)
+        assert (pl[i, k:] == MASKED).all()
+        np.testing.assert_allclose(val[i].item(), value.item(), atol=ATOL)
+        # the padded batch gives the same distribution as the single observation
+        np.testing.assert_allclose(torch.softmax(jl[i], 0)[:j].numpy(),
+                                   torch.softmax(jobs, 0)[:-1].numpy(), atol=ATOL)
+
+
+def test_batch_rejects_empty_list_and_bad_sets():
+    obs, _ = make_obs(2, 3, 1)
+    with pytest.raises(ValueError, match="at least one"):
+        batch_tensors([])
+    with pytest.raises(ValueError, match=r"\(K, 3\)"):
+        obs_tensors(obs, np.zeros((2, 4), dtype=bool))
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def test_checkpoint_round_trip(tmp_path):
+    net = net_for_tests(hidden=20, seed=3)
+    path = tmp_path / "p.pt"
+    norm = Normalisation(time_scale=60.0)
+    save_checkpoint(path, net, {"epochs": 3, "note": "x"}, norm=norm)
+    ck = load_checkpoint(path)
+    assert ck.config == PolicyConfig(hidden=20)
+    assert ck.extra == {"epochs": 3, "note": "x"}
+    assert ck.norm == norm and ck.schema["normalisation"]["time_scale"] == 60.0
+    obs, nr = make_obs(6, 9, 3)
+    cands = candidates(nr, 1, 1, 0)
+    for x, y in zip(run(ck.net, obs, cands, 1), run(net, obs, cands, 1), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_checkpoint_with_another_schema_is_refused(tmp_path):
+    net = net_for_tests()
+    path = tmp_path / "p.pt"
+    save_checkpoint(path, net)
+    data = torch.load(path, weights_only=True)
+    data["schema"]["job_features"] = [*data["schema"]["job_features"], "new_feature"]
+    data["schema_hash"] = "0" * 64
+    torch.save(data, path)
+    with pytest.raises(SchemaMismatchError, match="retrain"):
+        load_checkpoint(path)
+    assert schema_hash() != "0" * 64
+
+
+def test_not_a_checkpoint(tmp_path):
+    path = tmp_path / "x.pt"
+    torch.save({"weights": 1}, path)
+    with pytest.raises(ValueError, match="not an rlsched"):
+        load_checkpoint(path)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="hidden"):
+        PolicyConfig(hidden=0)
+    with pytest.raises(ValueError, match="unknown PolicyConfig"):
+        PolicyConfig.from_dict({"hidden": 8, "layers": 3})
+
+
+# ---------------------------------------------------------------------------- simulator
+def _workload(n: int = 120):
+    cfg = WorkloadConfig(kind="gpu", num_jobs=n, seed=2, mean_interarrival_s=120)
+    spec = default_cluster(cfg)
+    return spec, replay_records(generate(cfg), spec)
+
+
+def test_torch_policy_runs_in_the_simulator_and_repeats():
+    spec, recs = _workload()
+    results = []
+    for _ in range(2):
+        pol = TorchPolicy(net_for_tests(seed=5))
+        results.append(simulate(spec, recs, pol, SchedulerOptions(backfill=True),
+                                EngineOptions(keep_placements=True)))
+    a, b = results
+    assert (a.start >= 0).all() and a.policy == "torch"
+    assert np.array_equal(a.start, b.start) and np.array_equal(a.end, b.end)
+    assert a.placements == b.placements
+    # every job got as many distinct nodes as it asked for
+    for i in range(a.jobs.n):
+        assert len(set(a.placements[i])) == int(a.jobs.nodes[i])
+
+
+def test_torch_policy_scores_follow_the_net():
+    spec, recs = _workload(30)
+    from trainer.sim.policies import ScoreContext
+    from trainer.sim.state import Cluster, NodeState, build_jobs
+
+    cl = Cluster.from_spec(spec)
+    jobs = build_jobs(recs, cl)
+    pol = TorchPolicy(net_for_tests(seed=1))
+    idx = np.arange(10)
+    st = NodeState(cl)
+    now = int(jobs.eligible[9])
+    ctx = ScoreContext(now, cl, st, np.zeros(1), np.random.default_rng(0))
+    scores = pol.score(jobs, idx, ctx)
+    assert scores.shape == (10,) and np.isfinite(scores).all()
+    from trainer.sim.observe import observe
+
+    obs = observe(jobs, idx, cl, st, now, pol.history, pol.norm)
+    t = list(obs_tensors(obs))
+    t[1] = torch.ones(10, dtype=torch.bool)  # the order ignores feasibility
+    with torch.no_grad():
+        ref = net_for_tests(seed=1)(*t)[0][:-1].numpy()
+    np.testing.assert_allclose(scores, ref, atol=ATOL)
+    # placement returns usable nodes only
+    from trainer.sim.placement import Request
+
+    usable = np.zeros(cl.num_nodes, dtype=bool)
+    usable[[1, 2, 5, 6, 7]] = True
+    nodes, leaves = pol.place(cl, st, usable, Request(2, 4, 1, False))
+    assert len(nodes) == 2 and usable[nodes].all()
+    assert leaves == len(np.unique(cl.leaf_of[nodes]))
+    assert pol.place(cl, st, np.zeros(cl.num_nodes, dtype=bool), Request(1, 1, 1, False)) \
+        is None
+
+
+# ---------------------------------------------------------------------------- ONNX
+def test_forward_exports_to_onnx_with_dynamic_axes(tmp_path):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import warnings
+
+    net = net_for_tests()
+    obs, nr = make_obs(6, 12, 3)
+    names = ["jobs", "job_mask", "nodes", "node_leaf", "globals", "cand_sets", "cand_mask",
+             "place_job"]
+    dyn = {"jobs": {0: "J"}, "job_mask": {0: "J"}, "nodes": {0: "N"}, "node_leaf": {0: "N"},
+           "cand_sets": {0: "K", 1: "N"}, "cand_mask": {0: "K"}, "job_logits": {0: "J1"},
+           "place_logits": {0: "K"}}
+    path = tmp_path / "p.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, obs_tensors(obs, candidates(nr, 1, 1, 0), 1), str(path),
+                          input_names=names, output_names=["job_logits", "place_logits",
+                                                           "value"],
+                          dynamic_axes=dyn, dynamo=False, opset_version=17)
+    sess = ort.InferenceSession(str(path))
+    for j, n, leaves in [(40, 50, 9), (0, 1, 1), (3, 20, 5)]:
+        o, r = make_obs(j, n, leaves, j)
+        args = obs_tensors(o, candidates(r, 1, 1, 0) if n > 1 else None, 0 if j else None)
+        got = sess.run(None, {k: v.numpy() for k, v in zip(names, args, strict=True)})
+        with torch.no_grad():
+            want = net(*args)
+        for x, y in zip(got, want, strict=True):
+            np.testing.assert_allclose(x, y.numpy(), atol=ATOL)

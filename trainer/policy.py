@@ -1,0 +1,620 @@
+"""The permutation-invariant policy network, its checkpoints, and its simulator adapter.
+
+:class:`PolicyNet` scores what one :class:`~slurm_plugin.features.Observation` shows
+(the only inputs are the tables of :mod:`slurm_plugin.features`):
+
+- a shared-weight encoder per pending job (``job_enc``) and per node (``node_enc``);
+- node embeddings mean-pooled per leaf switch, then a shared-weight encoder per leaf
+  (``leaf_enc``: SCHED²'s shared weights per server, here per switch);
+- a global context (``ctx_enc``) from the global features and symmetric pools of the
+  jobs (mean and max of all, mean and max of those that fit now) and of the leaves
+  (mean, max);
+- heads: one score per pending job from its embedding and the context, a *hold* score
+  (SCHED²'s empty action: start nothing now) from the context, a critic ``value`` from
+  the context, and a placement head scoring candidate node sets
+  (:func:`slurm_plugin.placement.candidates`) for one chosen job.
+
+Every pool is a sum, mean or max over rows, so permuting the jobs permutes their scores
+and reordering nodes (within or across leaves) changes nothing: any queue length (0 to
+10,000+) and any cluster size. Embeddings end in a ReLU (non-negative), so a max pool
+over a zero row appended to the rows is the max over the rows when there are any, and
+zero when there are none.
+
+:meth:`PolicyNet.forward` is the deploy contract that the exporter turns into ONNX
+(dynamic axes ``J``, ``N``, ``K``): tensors in, tensors out, no Python loop or branch on
+data. Leaves are pooled with a one-hot ``(N, L)`` matrix (``node_leaf`` compared with
+``arange(L)``, ``L = max(node_leaf) + 1`` computed as a tensor); masked entries are
+filled with ``-1e9``. :meth:`PolicyNet.forward_batch` computes the same thing for a
+padded batch (:class:`Batch`, :func:`batch_tensors`), with scatter-adds instead of the
+one-hot matrix, for training and fast inference; a test holds the two to 1e-5.
+
+Checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`) hold the weights, the
+:class:`PolicyConfig`, the feature schema (:func:`slurm_plugin.features.schema`, with
+its normalisation constants), its hash and the rlsched version; a checkpoint whose
+schema does not hash like the installed one is refused.
+
+:class:`TorchPolicy` plugs a net into the simulator's :class:`~trainer.sim.policies.Policy`
+interface, so ``simulate()`` evaluates it against every baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from slurm_plugin import __version__
+from slurm_plugin.features import (
+    GLOBAL_FEATURES,
+    JOB_FEATURES,
+    NODE_FEATURES,
+    SCHEMA_VERSION,
+    JobsRaw,
+    Normalisation,
+    Observation,
+    UserHistory,
+    featurize,
+    schema,
+    schema_hash,
+)
+from slurm_plugin.placement import Candidates, candidates
+from trainer.sim.observe import nodes_raw, observe
+from trainer.sim.placement import Request
+from trainer.sim.policies import Policy, ScoreContext
+from trainer.sim.slurm import PrioritySettings
+from trainer.sim.state import Cluster, JobTable, NodeState
+
+__all__ = [
+    "MASKED",
+    "Batch",
+    "Checkpoint",
+    "PolicyConfig",
+    "PolicyNet",
+    "SchemaMismatchError",
+    "TorchPolicy",
+    "batch_tensors",
+    "load_checkpoint",
+    "obs_tensors",
+    "save_checkpoint",
+]
+
+#: Logit of a masked entry (an infeasible job, a padded row, an unusable node set).
+MASKED = -1e9
+
+#: Bumped when the checkpoint layout changes.
+CHECKPOINT_FORMAT = 1
+
+
+class SchemaMismatchError(ValueError):
+    """A checkpoint was trained on another feature schema than the installed one."""
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Sizes of :class:`PolicyNet` (saved with every checkpoint).
+
+    Attributes:
+        hidden: Width of every embedding and hidden layer.
+        job_features: Columns of the job table (``len(JOB_FEATURES)``).
+        node_features: Columns of the node table (``len(NODE_FEATURES)``).
+        global_features: Global features (``len(GLOBAL_FEATURES)``).
+    """
+
+    hidden: int = 64
+    job_features: int = len(JOB_FEATURES)
+    node_features: int = len(NODE_FEATURES)
+    global_features: int = len(GLOBAL_FEATURES)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"PolicyConfig.{f.name} must be a positive int, not {v!r}")
+
+    def to_dict(self) -> dict[str, int]:
+        """The config as a JSON-able dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PolicyConfig:
+        """From :meth:`to_dict` output.
+
+        Raises:
+            ValueError: On an unknown key.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = set(d) - known
+        if extra:
+            raise ValueError(f"unknown PolicyConfig keys {sorted(extra)}; known {sorted(known)}")
+        return cls(**dict(d))
+
+
+def _mlp(n_in: int, hidden: int) -> nn.Sequential:
+    """Two ReLU layers (the output is non-negative: see the module docstring)."""
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU())
+
+
+class _Head(nn.Module):
+    """``relu(A x + B c) -> scalar``: an MLP on ``concat(x, c)`` with ``c`` broadcast."""
+
+    def __init__(self, n_x: int, n_c: int, hidden: int) -> None:
+        super().__init__()
+        self.lin_x = nn.Linear(n_x, hidden)
+        self.lin_c = nn.Linear(n_c, hidden, bias=False)
+        self.out = nn.Linear(hidden, 1)
+
+    def forward(self, x: Tensor, c: Tensor) -> Tensor:
+        """``x [..., R, n_x]``, ``c [..., n_c]`` -> ``[..., R]``."""
+        h = torch.relu(self.lin_x(x) + self.lin_c(c).unsqueeze(-2))
+        out: Tensor = self.out(h).squeeze(-1)
+        return out
+
+
+# ---------------------------------------------------------------------------- batch
+@dataclass
+class Batch:
+    """Observations padded to one shape (see :func:`batch_tensors`).
+
+    Padding rows are zero and invalid. ``job_mask`` and ``cand_mask`` are already
+    and-ed with their validity. ``place_job`` is ``-1`` where no job is placed.
+
+    Attributes:
+        jobs: ``[B, J, Fj]``.
+        job_valid: ``[B, J]`` real rows.
+        job_mask: ``[B, J]`` jobs that may start now.
+        nodes: ``[B, N, Fn]``.
+        node_valid: ``[B, N]`` real rows.
+        node_leaf: ``[B, N]`` leaf index of each node (0 for padding).
+        globals: ``[B, G]``.
+        cand_sets: ``[B, K, N]`` float 0/1.
+        cand_mask: ``[B, K]`` usable candidates.
+        place_job: ``[B]`` row of the job to place, ``-1``: none.
+    """
+
+    jobs: Tensor
+    job_valid: Tensor
+    job_mask: Tensor
+    nodes: Tensor
+    node_valid: Tensor
+    node_leaf: Tensor
+    globals: Tensor
+    cand_sets: Tensor
+    cand_mask: Tensor
+    place_job: Tensor
+
+    @property
+    def size(self) -> int:
+        """Observations in the batch."""
+        return int(self.jobs.shape[0])
+
+    @property
+    def hold_index(self) -> int:
+        """Column of the hold logit in :meth:`PolicyNet.forward_batch`'s job logits."""
+        return int(self.jobs.shape[1])
+
+
+def obs_tensors(obs: Observation, cands: Candidates | np.ndarray | None = None,
+                place_job: int | None = None) -> tuple[Tensor, ...]:
+    """The inputs of :meth:`PolicyNet.forward` for one observation, in order.
+
+    Args:
+        obs: The observation.
+        cands: Candidate node sets (or their ``(K, N)`` bool matrix); ``None``: none.
+        place_job: Row of the job the candidates are for; ``None``: no job.
+
+    Returns:
+        ``(jobs, job_mask, nodes, node_leaf, globals, cand_sets, cand_mask, place_job)``.
+
+    Raises:
+        ValueError: If the candidate sets do not have one column per node.
+    """
+    sets = _sets(cands, obs.n_nodes)
+    return (
+        torch.from_numpy(np.ascontiguousarray(obs.jobs, dtype=np.float32)),
+        torch.from_numpy(np.ascontiguousarray(obs.job_mask, dtype=bool)),
+        torch.from_numpy(np.ascontiguousarray(obs.nodes, dtype=np.float32)),
+        torch.from_numpy(np.ascontiguousarray(obs.node_leaf, dtype=np.int64)),
+        torch.from_numpy(np.ascontiguousarray(obs.globals, dtype=np.float32)),
+        torch.from_numpy(sets),
+        torch.ones(sets.shape[0], dtype=torch.bool),
+        torch.tensor(-1 if place_job is None else int(place_job), dtype=torch.int64),
+    )
+
+
+def _sets(cands: Candidates | np.ndarray | None, n_nodes: int) -> np.ndarray:
+    if cands is None:
+        return np.zeros((0, n_nodes), dtype=bool)
+    sets = cands.sets if isinstance(cands, Candidates) else np.asarray(cands, dtype=bool)
+    if sets.ndim != 2 or sets.shape[1] != n_nodes:
+        raise ValueError(f"candidate sets must be (K, {n_nodes}), got {sets.shape}")
+    return np.ascontiguousarray(sets, dtype=bool)
+
+
+def batch_tensors(items: Sequence[tuple[Observation, Candidates | np.ndarray | None,
+                                        int | None]]) -> Batch:
+    """Pad ``(observation, candidates or None, place_job or None)`` items into a :class:`Batch`.
+
+    Raises:
+        ValueError: On an empty list or candidate sets of the wrong width.
+    """
+    if not items:
+        raise ValueError("batch_tensors needs at least one observation")
+    b = len(items)
+    jmax = max(o.n_jobs for o, _, _ in items)
+    nmax = max(o.n_nodes for o, _, _ in items)
+    sets = [_sets(c, o.n_nodes) for o, c, _ in items]
+    kmax = max(s.shape[0] for s in sets)
+    fj, fn, g = (items[0][0].jobs.shape[1], items[0][0].nodes.shape[1],
+                 items[0][0].globals.shape[0])
+    jobs = np.zeros((b, jmax, fj), dtype=np.float32)
+    job_valid = np.zeros((b, jmax), dtype=bool)
+    job_mask = np.zeros((b, jmax), dtype=bool)
+    nodes = np.zeros((b, nmax, fn), dtype=np.float32)
+    node_valid = np.zeros((b, nmax), dtype=bool)
+    node_leaf = np.zeros((b, nmax), dtype=np.int64)
+    glob = np.zeros((b, g), dtype=np.float32)
+    cand = np.zeros((b, kmax, nmax), dtype=np.float32)
+    cand_mask = np.zeros((b, kmax), dtype=bool)
+    place = np.full(b, -1, dtype=np.int64)
+    for i, ((o, _, pj), s) in enumerate(zip(items, sets, strict=True)):
+        j, n, k = o.n_jobs, o.n_nodes, s.shape[0]
+        jobs[i, :j] = o.jobs
+        job_valid[i, :j] = True
+        job_mask[i, :j] = o.job_mask
+        nodes[i, :n] = o.nodes
+        node_valid[i, :n] = True
+        node_leaf[i, :n] = o.node_leaf
+        glob[i] = o.globals
+        cand[i, :k, :n] = s
+        cand_mask[i, :k] = True
+        if pj is not None:
+            place[i] = pj
+    t = torch.from_numpy
+    return Batch(t(jobs), t(job_valid), t(job_mask), t(nodes), t(node_valid), t(node_leaf),
+                 t(glob), t(cand), t(cand_mask), t(place))
+
+
+# ---------------------------------------------------------------------------- network
+class PolicyNet(nn.Module):
+    """Scores pending jobs, a hold action and candidate node sets (module docstring)."""
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__()
+        self.config = cfg = config or PolicyConfig()
+        h = cfg.hidden
+        self.job_enc = _mlp(cfg.job_features, h)
+        self.node_enc = _mlp(cfg.node_features, h)
+        self.leaf_enc = _mlp(h + 1, h)
+        self.ctx_enc = _mlp(cfg.global_features + 6 * h, h)
+        self.job_head = _Head(h, h, h)
+        self.hold_head = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+        self.value_head = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+        self.place_head = _Head(3 * h + 3, h, h)
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig | Mapping[str, Any] | None = None) -> PolicyNet:
+        """A freshly initialised net (``torch.manual_seed`` first for repeatable weights)."""
+        if config is not None and not isinstance(config, PolicyConfig):
+            config = PolicyConfig.from_dict(config)
+        return cls(config)
+
+    # ------------------------------------------------------------------ deploy contract
+    def forward(self, jobs: Tensor, job_mask: Tensor, nodes: Tensor, node_leaf: Tensor,
+                globals: Tensor, cand_sets: Tensor, cand_mask: Tensor, place_job: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Score one observation (the ONNX deploy contract).
+
+        Args:
+            jobs: ``[J, Fj]`` float32 job features.
+            job_mask: ``[J]`` bool: jobs that may start now.
+            nodes: ``[N, Fn]`` float32 node features (``N >= 1``).
+            node_leaf: ``[N]`` int64 leaf switch of each node.
+            globals: ``[G]`` float32 global features.
+            cand_sets: ``[K, N]`` bool or float 0/1 candidate node sets.
+            cand_mask: ``[K]`` bool: usable candidates.
+            place_job: ``[]`` int64 row of the job to place; ``< 0`` or ``>= J``: none.
+
+        Returns:
+            ``job_logits [J + 1]`` (hold last; masked jobs ``-1e9``; hold never masked),
+            ``place_logits [K]`` (masked sets ``-1e9``), ``value []``.
+        """
+        dt = jobs.dtype
+        je = self.job_enc(jobs)                                   # [J, H]
+        ne = self.node_enc(nodes)                                 # [N, H]
+        zrow = torch.zeros_like(ne[:1])                           # [1, H]
+
+        # per leaf: one-hot (N, L) pooling
+        n_leaves = node_leaf.max() + 1  # a tensor: L stays dynamic in the ONNX graph
+        leaves = torch.arange(n_leaves)  # type: ignore[call-overload]
+        onehot = (node_leaf.unsqueeze(1) == leaves.unsqueeze(0)).to(dt)
+        cnt = onehot.sum(0)                                       # [L]
+        leaf_mean = onehot.t().matmul(ne) / cnt.clamp(min=1.0).unsqueeze(1)
+        le = self.leaf_enc(torch.cat((leaf_mean, torch.log1p(cnt).unsqueeze(1)), 1))
+        present = (cnt > 0).to(dt)
+        leaf_pool = torch.cat((
+            present.matmul(le) / present.sum().clamp(min=1.0),
+            torch.cat((le * present.unsqueeze(1), zrow), 0).max(0).values,
+        ))
+
+        # jobs: mean, max, and mean, max over the jobs that fit now
+        ones = torch.ones_like(jobs[:, 0])
+        fit = job_mask.to(dt)
+        job_pool = torch.cat((
+            ones.matmul(je) / ones.sum().clamp(min=1.0),
+            torch.cat((je, zrow), 0).max(0).values,
+            fit.matmul(je) / fit.sum().clamp(min=1.0),
+            torch.cat((je * fit.unsqueeze(1), zrow), 0).max(0).values,
+        ))
+        ctx = self.ctx_enc(torch.cat((globals, job_pool, leaf_pool)))   # [H]
+
+        scores = self.job_head(je, ctx)                           # [J]
+        masked = torch.full_like(scores, MASKED)
+        hold = self.hold_head(ctx)                                # [1]
+        job_logits = torch.cat((torch.where(job_mask, scores, masked), hold))
+        value = self.value_head(ctx).squeeze(0)
+
+        # placement: candidate node sets for the job in row place_job
+        c = cand_sets.to(dt)                                      # [K, N]
+        size = c.sum(1)
+        set_nodes = c.matmul(ne) / size.clamp(min=1.0).unsqueeze(1)
+        touch = c.matmul(onehot)                                  # [K, L] nodes per leaf
+        used = (touch > 0).to(dt)
+        span = used.sum(1)
+        set_leaves = used.matmul(le) / span.clamp(min=1.0).unsqueeze(1)
+        fill = (touch / cnt.clamp(min=1.0)).sum(1) / span.clamp(min=1.0)
+        n_jobs = ones.sum().to(torch.int64)
+        pj = torch.where(place_job < 0, n_jobs, place_job.clamp(max=n_jobs))
+        jv = torch.cat((je, zrow), 0).index_select(0, pj.reshape(1))    # [1, H]
+        place_in = torch.cat((set_nodes, set_leaves, jv.expand_as(set_nodes),
+                              torch.log1p(span).unsqueeze(1), torch.log1p(size).unsqueeze(1),
+                              fill.unsqueeze(1)), 1)
+        place = self.place_head(place_in, ctx)                    # [K]
+        place_logits = torch.where(cand_mask, place, torch.full_like(place, MASKED))
+        return job_logits, place_logits, value
+
+    # ------------------------------------------------------------------ training path
+    def forward_batch(self, b: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`forward` on a padded batch.
+
+        Returns:
+            ``job_logits [B, J + 1]`` (hold in column ``J``; padded and masked jobs
+            ``-1e9``), ``place_logits [B, K]``, ``value [B]``.
+        """
+        dt = b.jobs.dtype
+        bsz, jmax = int(b.jobs.shape[0]), int(b.jobs.shape[1])
+        h = self.config.hidden
+        jv_f = b.job_valid.to(dt)
+        nv_f = b.node_valid.to(dt)
+        je = self.job_enc(b.jobs) * jv_f.unsqueeze(-1)            # [B, J, H]
+        ne = self.node_enc(b.nodes) * nv_f.unsqueeze(-1)          # [B, N, H]
+
+        # per leaf: scatter-add into B * L slots (+1 dump slot for padding)
+        n_leaves = int(b.node_leaf.max()) + 1 if b.node_leaf.numel() else 1
+        slots = bsz * n_leaves
+        flat = b.node_leaf + torch.arange(bsz).unsqueeze(1) * n_leaves
+        flat = torch.where(b.node_valid, flat, torch.full_like(flat, slots)).reshape(-1)
+        leaf_sum = torch.zeros(slots + 1, h, dtype=dt).index_add(0, flat, ne.reshape(-1, h))
+        cnt = torch.zeros(slots + 1, dtype=dt).index_add(0, flat, nv_f.reshape(-1))
+        leaf_sum = leaf_sum[:slots].reshape(bsz, n_leaves, h)
+        cnt = cnt[:slots].reshape(bsz, n_leaves)
+        leaf_mean = leaf_sum / cnt.clamp(min=1.0).unsqueeze(-1)
+        le = self.leaf_enc(torch.cat((leaf_mean, torch.log1p(cnt).unsqueeze(-1)), -1))
+        present = (cnt > 0).to(dt)
+        zrow = torch.zeros(bsz, 1, h, dtype=dt)
+        leaf_pool = torch.cat((
+            (present.unsqueeze(-1) * le).sum(1) / present.sum(1, keepdim=True).clamp(min=1.0),
+            torch.cat((le * present.unsqueeze(-1), zrow), 1).max(1).values,
+        ), -1)
+
+        fit = b.job_mask.to(dt)
+        job_pool = torch.cat((
+            je.sum(1) / jv_f.sum(1, keepdim=True).clamp(min=1.0),
+            torch.cat((je, zrow), 1).max(1).values,
+            (fit.unsqueeze(-1) * je).sum(1) / fit.sum(1, keepdim=True).clamp(min=1.0),
+            torch.cat((je * fit.unsqueeze(-1), zrow), 1).max(1).values,
+        ), -1)
+        ctx = self.ctx_enc(torch.cat((b.globals, job_pool, leaf_pool), -1))   # [B, H]
+
+        scores = self.job_head(je, ctx)                           # [B, J]
+        scores = torch.where(b.job_mask, scores, torch.full_like(scores, MASKED))
+        hold = self.hold_head(ctx)                                # [B, 1]
+        job_logits = torch.cat((scores, hold), 1)
+        value = self.value_head(ctx).squeeze(-1)
+
+        c = b.cand_sets.to(dt)                                    # [B, K, N]
+        kmax = int(c.shape[1])
+        size = c.sum(-1)
+        set_nodes = torch.bmm(c, ne) / size.clamp(min=1.0).unsqueeze(-1)
+        touch = torch.zeros(slots + 1, kmax, dtype=dt).index_add(
+            0, flat, c.transpose(1, 2).reshape(bsz * int(c.shape[2]), kmax))[:slots]
+        touch = touch.reshape(bsz, n_leaves, kmax).transpose(1, 2)    # [B, K, L]
+        used = (touch > 0).to(dt)
+        span = used.sum(-1)
+        set_leaves = torch.bmm(used, le) / span.clamp(min=1.0).unsqueeze(-1)
+        fill = (touch / cnt.clamp(min=1.0).unsqueeze(1)).sum(-1) / span.clamp(min=1.0)
+        n_jobs = b.job_valid.sum(1)
+        pj = torch.where(b.place_job < 0, torch.full_like(b.place_job, jmax),
+                         torch.minimum(b.place_job, n_jobs))
+        pj = torch.where(pj >= n_jobs, torch.full_like(pj, jmax), pj)
+        jv = torch.cat((je, zrow), 1)[torch.arange(bsz), pj]      # [B, H]
+        place_in = torch.cat((set_nodes, set_leaves, jv.unsqueeze(1).expand_as(set_nodes),
+                              torch.log1p(span).unsqueeze(-1), torch.log1p(size).unsqueeze(-1),
+                              fill.unsqueeze(-1)), -1)
+        place = self.place_head(place_in, ctx)                    # [B, K]
+        place_logits = torch.where(b.cand_mask, place, torch.full_like(place, MASKED))
+        return job_logits, place_logits, value
+
+
+# ---------------------------------------------------------------------------- checkpoints
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` returns.
+
+    Attributes:
+        net: The net, in eval mode.
+        config: Its config.
+        norm: The normalisation constants its features were computed with.
+        schema: The feature schema it was trained on.
+        version: The rlsched version that saved it.
+        extra: Whatever the caller saved with it (JSON-able).
+    """
+
+    net: PolicyNet
+    config: PolicyConfig
+    norm: Normalisation
+    schema: dict[str, Any]
+    version: str
+    extra: dict[str, Any]
+
+
+def save_checkpoint(path: str | os.PathLike[str], net: PolicyNet,
+                    extra: Mapping[str, Any] | None = None,
+                    norm: Normalisation | None = None) -> None:
+    """Save weights, config, feature schema (+ hash) and the rlsched version.
+
+    Args:
+        path: File to write (``torch.save`` format).
+        net: The net.
+        extra: JSON-able metadata (training config, report...).
+        norm: Normalisation the features were computed with (default constants if None).
+    """
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
+        "config": net.config.to_dict(),
+        "schema": schema(norm),
+        "schema_hash": schema_hash(norm),
+        "rlsched_version": __version__,
+        "extra": dict(extra or {}),
+    }
+    torch.save(payload, os.fspath(path))
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Load a checkpoint saved by :func:`save_checkpoint`.
+
+    Raises:
+        SchemaMismatchError: If its feature schema does not hash like the installed one
+            (features added, removed, reordered or computed differently since).
+        ValueError: If the file is not an rlsched checkpoint.
+    """
+    data = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    if not isinstance(data, dict) or "schema_hash" not in data or "state_dict" not in data:
+        raise ValueError(f"{os.fspath(path)}: not an rlsched policy checkpoint")
+    saved = data["schema"]
+    try:
+        norm = Normalisation(**saved["normalisation"])
+    except (TypeError, KeyError):
+        norm = None
+    installed = schema_hash(norm) if norm is not None else None
+    if installed != data["schema_hash"]:
+        raise SchemaMismatchError(
+            f"{os.fspath(path)}: trained on feature schema v{saved.get('version')} "
+            f"(hash {str(data['schema_hash'])[:12]}), but the installed slurm_plugin.features "
+            f"is schema v{SCHEMA_VERSION} (hash {schema_hash(norm)[:12] if norm else '?'}) "
+            f"with different features; retrain the policy (or install the rlsched version "
+            f"{data.get('rlsched_version')!r} it was trained with)")
+    assert norm is not None
+    config = PolicyConfig.from_dict(data["config"])
+    net = PolicyNet(config)
+    net.load_state_dict(data["state_dict"])
+    net.eval()
+    return Checkpoint(net, config, norm, saved, str(data.get("rlsched_version")),
+                      dict(data.get("extra") or {}))
+
+
+# ---------------------------------------------------------------------------- simulator
+class TorchPolicy(Policy):
+    """A :class:`PolicyNet` behind the simulator's policy interface.
+
+    ``score`` builds the observation of the rows it is given with
+    :func:`trainer.sim.observe.observe` (re-scored every calc period: ``dynamic``) and
+    returns the net's job scores, without the feasibility mask (the order of the queue
+    is a priority, not a feasibility test; the hold score is ignored). ``place`` scores
+    :func:`slurm_plugin.placement.candidates` restricted to the engine's usable nodes
+    with the placement head and falls back to the default placement (``placement``)
+    when there is no candidate.
+
+    Limits of the current engine interface (see the report of this slice):
+
+    - at an arrival the engine scores only the arriving jobs, so their context (pooled
+      queue, pending count) is that of the arrivals alone until the next re-scoring,
+      which sees the whole queue;
+    - ``place`` is not told which job it places nor the time: the placement head sees a
+      job row made from the request alone, and remaining times relative to the last
+      ``score`` call;
+    - the engine reports no completions, so the :class:`UserHistory` is the one given
+      (e.g. fed from the history before the replay) and does not grow during it.
+
+    Args:
+        net: The net (put in eval mode).
+        history: Users' history for the run-time, usage and locality estimates.
+        norm: Normalisation of the features (the checkpoint's).
+        settings: Priority settings (unused by the net; kept for the interface).
+        placement: Fallback placement name.
+        max_sets: Candidate node sets per placement.
+    """
+
+    name: ClassVar[str] = "torch"
+
+    def __init__(self, net: PolicyNet, *, history: UserHistory | None = None,
+                 norm: Normalisation | None = None, settings: PrioritySettings | None = None,
+                 placement: str = "tree", max_sets: int = 8) -> None:
+        super().__init__(settings, placement)
+        self.dynamic = True
+        self.net = net.eval()
+        self.norm = norm or Normalisation()
+        self.history = history if history is not None else UserHistory(self.norm)
+        self.max_sets = max_sets
+        self._now = 0
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> TorchPolicy:
+        """A policy from a checkpoint file (its normalisation is used)."""
+        ck = load_checkpoint(path)
+        return cls(ck.net, norm=ck.norm, **kwargs)
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The net's scores of the pending rows ``idx`` (higher runs first)."""
+        self._now = ctx.now
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0:
+            return np.zeros(0, dtype=np.float64)
+        obs = observe(jobs, idx, ctx.cluster, ctx.state, ctx.now, self.history, self.norm)
+        b = batch_tensors([(obs, None, None)])
+        b.job_mask = b.job_valid.clone()  # raw scores: the queue order, not feasibility
+        with torch.no_grad():
+            logits = self.net.forward_batch(b)[0][0, :obs.n_jobs]
+        out: np.ndarray = logits.double().numpy()
+        return out
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The candidate node set the placement head prefers (fallback: ``placement``)."""
+        now = self._now
+        nr = nodes_raw(cluster, state, now)
+        allowed = dataclasses.replace(nr, up=nr.up & usable)
+        cands = candidates(allowed, req.nodes, req.cpus, req.gpus, 0, req.exclusive,
+                           self.max_sets)
+        if len(cands) == 0:
+            return super().place(cluster, state, usable, req, leaf_counts)
+        if len(cands) == 1:
+            return cands.nodes(0), int(cands.leaves[0])
+        job = JobsRaw.build(job_id=[0], eligible=[now], limit=[0], nodes=[req.nodes],
+                            cpus=[req.cpus], gpus=[req.gpus], mem=[0],
+                            exclusive=[req.exclusive], user=[0],
+                            est_run=[self.norm.default_ratio * self.norm.unknown_limit],
+                            usage_share=[0.0], locality=[0.0])
+        obs = featurize(now, job, nr, self.norm)
+        with torch.no_grad():
+            place = self.net.forward_batch(batch_tensors([(obs, cands, 0)]))[1][0]
+        k = int(torch.argmax(place))
+        return cands.nodes(k), int(cands.leaves[k])
