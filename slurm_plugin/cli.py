@@ -55,6 +55,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "trainer.cli:compare",
         "Replay the same jobs under every baseline (Slurm, FIFO, SJF...) side by side.",
     ),
+    "train": CommandEntry(
+        "trainer.cli_train:train",
+        "Learn a policy: imitate the site's scheduler, then improve it with RL.",
+        extra="train",
+    ),
 }
 
 #: Packages an extra provides, to tell a missing extra from a bug.
