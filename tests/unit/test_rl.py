@@ -368,6 +368,28 @@ def test_dl2_exploration_specified_actions():
     assert dl2_explore(p, 1, node_leaf=np.array([0, 1])) is None
 
 
+def test_placement_phase_is_rolled_out_and_learnt_from():
+    from itertools import pairwise
+
+    from trainer.rl.algorithms import PPO
+
+    spec, _ = _short(place=True, max_candidates=4, budget_updates=1, budget_steps=None)
+    torch.manual_seed(0)
+    net = PolicyNet(PolicyConfig(hidden=8)).eval()
+    trajs = run_group(net, spec, [Task(0, 1), Task(5, 2)])
+    steps = [s for t in trajs for s in t.steps]
+    placing = [s for s in steps if s.placing]
+    assert placing and all(0 <= s.action < len(s.cands) for s in placing)
+    for t in trajs:
+        for a, b in pairwise(t.steps):
+            if not a.placing and a.action < 8:  # a start: its placement comes next
+                assert b.placing and b.place_job == a.action
+    before = _weights(net)
+    algo = PPO(net, PPOConfig(epochs=1, minibatch=64), np.random.default_rng(0))
+    stats = algo.learn(trajs)
+    assert math.isfinite(stats["pg_loss"]) and not _same(before, _weights(net))
+
+
 def test_configs_are_checked():
     with pytest.raises(ValueError, match="budget"):
         TrainConfig(budget_steps=None)
