@@ -68,6 +68,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "exporter.verify:verify",
         "Check an ONNX policy against its model card and this install, then smoke-test it.",
     ),
+    "train": CommandEntry(
+        "trainer.cli_train:train",
+        "Learn a policy: imitate the site's scheduler, then improve it with RL.",
+        extra="train",
+    ),
 }
 
 #: Packages an extra provides, to tell a missing extra from a bug.

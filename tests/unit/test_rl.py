@@ -1,0 +1,473 @@
+"""trainer.rl: every algorithm learns; determinism, resume, workers; the pieces by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("gymnasium")
+
+from click.testing import CliRunner  # noqa: E402
+
+from db.records import JobRecord, TresCounts  # noqa: E402
+from slurm_plugin import cli  # noqa: E402
+from slurm_plugin.cluster import ClusterSpec  # noqa: E402
+from slurm_plugin.features import JOB_FEATURES, Normalisation, Observation  # noqa: E402
+from trainer.env import EnvConfig  # noqa: E402
+from trainer.policy import MASKED, PolicyConfig, PolicyNet, obs_tensors  # noqa: E402
+from trainer.rl import (  # noqa: E402
+    ALGORITHMS,
+    A2CConfig,
+    CEMConfig,
+    DQNConfig,
+    EnvSpec,
+    PPOConfig,
+    ReinforceConfig,
+    Task,
+    TrainConfig,
+    make_spec,
+    train,
+)
+from trainer.rl.acting import (  # noqa: E402
+    State,
+    _state,
+    action_logits,
+    dl2_explore,
+    masked_argmax,
+    run_group,
+    sample_masked,
+)
+from trainer.rl.algorithms import elites, gae, per_step_baseline  # noqa: E402
+from trainer.rl.config import parse_overrides  # noqa: E402
+from trainer.rl.replay import PrioritizedReplay, RoundReplay  # noqa: E402
+from trainer.sim.state import Cluster, build_jobs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
+LUBLIN = TRACES / "lublin_256.swf"
+T0 = 1_700_000_000
+
+
+# ---------------------------------------------------------------------------- toy workload
+def bursts(n_bursts: int, seed: int, burst: int = 12, gap: int = 30_000, nodes: int = 4):
+    """Bursts of single-node jobs, 60% short (5-25 min), 40% long (1.7-3.3 h).
+
+    A burst drains before the next one arrives, so holding never helps and starting
+    the shortest fitting job first (SJF, with exact time limits) is near optimal for
+    the mean bounded slowdown; FIFO and random orders are far worse.
+    """
+    rng = np.random.default_rng(seed)
+    recs = []
+    jid = 1
+    for b in range(n_bursts):
+        t = T0 + b * gap + int(rng.integers(0, 600))
+        for _ in range(burst):
+            run = (int(rng.integers(300, 1500)) if rng.random() < 0.6
+                   else int(rng.integers(6000, 12000)))
+            tres = TresCounts(1, None, None, None)
+            recs.append(JobRecord(jid, "", "u", "", "", "", "COMPLETED", t, t, t, t + run, run,
+                                  tres, tres, "", (), None, 0))
+            jid += 1
+    sp = ClusterSpec.synthetic("toy", nodes, nodes_per_leaf=2, gpus_per_node=0,
+                               mem_mb_per_node=0)
+    cl = Cluster.from_spec(sp)
+    return build_jobs(recs, cl), cl
+
+
+TOY = dict(hidden=16, episode_jobs=36, val_jobs=144, max_jobs=8, group=8, train_share=0.7,
+           val_share=0.3, eval_every=5, progress=False, references=())
+
+#: Per algorithm: env steps and settings that learn the toy workload from random weights.
+LEARN = {
+    "ppo": (4000, PPOConfig(lr=3e-3)),
+    "a2c": (3000, A2CConfig(lr=1e-3)),
+    "dqn": (5000, DQNConfig(eps_decay_steps=3000, learning_starts=300, target_every=100,
+                            batch=64)),
+    "reinforce": (4000, ReinforceConfig(lr=2e-3)),
+    "cem": (4000, CEMConfig(lr=3e-3)),
+}
+
+
+@pytest.fixture(scope="module")
+def toy():
+    jobs, cl = bursts(60, seed=0)
+    test_jobs, _ = bursts(36, seed=99)
+    env = EnvConfig(episode_jobs=144, max_jobs=8)
+    test = EnvSpec(test_jobs, cl, env, env, Normalisation(), 0)
+    starts = [0, 144, 288]
+    refs = {}
+    for agent in ("sjf", "fifo", "random"):
+        tasks = [Task(s, 7, "agent", agent=agent, eval=True, keep_steps=False) for s in starts]
+        refs[agent] = float(np.mean([t.metrics["bsld_mean"]
+                                     for t in run_group(None, test, tasks)]))
+    return jobs, cl, test, starts, refs
+
+
+def greedy_bsld(net, spec, starts) -> float:
+    tasks = [Task(s, 0, "greedy", eval=True, keep_steps=False) for s in starts]
+    return float(np.mean([t.metrics["bsld_mean"] for t in run_group(net, spec, tasks)]))
+
+
+# ---------------------------------------------------------------------------- learning
+def test_toy_references_are_far_apart(toy):
+    *_, refs = toy
+    # SJF is the target, FIFO and random are clearly worse on this workload
+    assert refs["sjf"] < 1.4
+    assert refs["fifo"] > 1.8 * refs["sjf"]
+    assert refs["random"] > 3 * refs["sjf"]
+
+
+@pytest.mark.parametrize("algo", list(LEARN))
+def test_each_algorithm_learns_near_sjf(toy, algo):
+    jobs, cl, test, starts, refs = toy
+    budget, acfg = LEARN[algo]
+    cfg = TrainConfig(algo=algo, budget_steps=budget, seed=2, **TOY)
+    spec = make_spec(jobs, cl, cfg)
+    torch.manual_seed(2)
+    initial = greedy_bsld(PolicyNet(PolicyConfig(hidden=16)), test, starts)
+    res = train(spec, cfg, acfg)
+    learned = greedy_bsld(res.best_net, test, starts)
+    print(f"{algo}: initial {initial:.3f} learned {learned:.3f} sjf {refs['sjf']:.3f} "
+          f"fifo {refs['fifo']:.3f} random {refs['random']:.3f} "
+          f"margin {learned / refs['sjf'] - 1:+.1%}")
+    assert initial > 10 * refs["sjf"]  # seed 2's random weights hold: far from SJF
+    assert learned <= 1.15 * refs["sjf"]  # within 15% of SJF on unseen windows
+    assert learned < 0.75 * refs["fifo"]
+    assert learned < 0.5 * refs["random"]
+
+
+# ---------------------------------------------------------------------------- determinism
+def _short(seed=0, **kw):
+    jobs, cl = bursts(30, seed=1)
+    base = {**TOY, "episode_jobs": 24, "val_jobs": 48, "eval_every": 2, "checkpoint_every": 2}
+    base.update(kw)
+    cfg = TrainConfig(seed=seed, **base)
+    return make_spec(jobs, cl, cfg), cfg
+
+
+def _weights(net):
+    return {k: v.clone() for k, v in net.state_dict().items()}
+
+
+def _same(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ppo_twice_gives_identical_weights():
+    spec, cfg = _short(budget_steps=300, budget_updates=None)
+    acfg = PPOConfig(episodes=4, minibatch=64)
+    a = train(spec, cfg, acfg)
+    b = train(spec, cfg, acfg)
+    assert _same(_weights(a.net), _weights(b.net))
+    assert a.curves["train"][-1]["return_mean"] == b.curves["train"][-1]["return_mean"]
+    spec2, cfg2 = _short(seed=1, budget_steps=300, budget_updates=None)
+    c = train(spec2, cfg2, acfg)
+    assert not _same(_weights(a.net), _weights(c.net))
+
+
+@pytest.mark.parametrize("algo,acfg", [
+    ("ppo", PPOConfig(episodes=2, minibatch=32)),
+    ("dqn", DQNConfig(episodes=2, learning_starts=20, batch=16, target_every=3)),
+    ("a2c", A2CConfig(episodes=2, batch=16, updates=2)),
+])
+def test_resume_continues_exactly(tmp_path, algo, acfg):
+    spec, cfg = _short(algo=algo, budget_steps=None, budget_updates=5)
+    straight = train(spec, cfg, acfg)
+    first = dataclasses.replace(cfg, budget_updates=3)
+    train(spec, first, acfg, out=tmp_path)
+    resumed = train(spec, cfg, acfg, out=tmp_path, resume=True)
+    assert resumed.updates == straight.updates == 5
+    assert _same(_weights(resumed.net), _weights(straight.net))
+    assert [p["return_mean"] for p in resumed.curves["train"]] == \
+        [p["return_mean"] for p in straight.curves["train"]]
+    for name in ("state.pt", "best.pt", "last.pt", "curves.json"):
+        assert (tmp_path / name).is_file()
+    with pytest.raises(ValueError, match="other settings"):
+        train(spec, dataclasses.replace(cfg, episode_jobs=12), acfg, out=tmp_path, resume=True)
+
+
+def test_resume_needs_a_saved_state(tmp_path):
+    spec, cfg = _short(budget_updates=1, budget_steps=None)
+    with pytest.raises(FileNotFoundError, match="no training state"):
+        train(spec, cfg, out=tmp_path, resume=True)
+
+
+def test_two_worker_processes_match_in_process_rollouts():
+    spec, cfg = _short(budget_updates=2, budget_steps=None, group=2)
+    acfg = PPOConfig(episodes=4, minibatch=64)
+    inline = train(spec, cfg, acfg)
+    procs = train(spec, dataclasses.replace(cfg, workers=2), acfg)
+    assert _same(_weights(inline.net), _weights(procs.net))
+
+
+def test_ray_address_without_ray_says_what_to_install():
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("ray is installed")
+    spec, cfg = _short(budget_updates=1, budget_steps=None, ray_address="auto", workers=2)
+    with pytest.raises(RuntimeError, match=r"rlsched\[dist\]"):
+        train(spec, cfg)
+
+
+def test_training_writes_curves_and_checkpoints(tmp_path):
+    spec, cfg = _short(budget_updates=2, budget_steps=None, references=("sjf", "random"))
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    data = json.loads((tmp_path / "curves.json").read_text())
+    assert [p["update"] for p in data["train"]] == [1, 2]
+    assert [p["update"] for p in data["val"]] == [0, 2]
+    assert set(data["references"]) == {"sjf", "random"}
+    assert data["best"]["update"] in (0, 2)
+    from trainer.policy import load_checkpoint
+
+    best = load_checkpoint(tmp_path / "best.pt")
+    assert best.extra["update"] == res.best["update"]
+    assert _same(best.net.state_dict(), res.best_net.state_dict())
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------------------- pieces
+def test_gae_by_hand():
+    adv = gae(np.array([1.0, 2.0]), np.array([0.5, 1.0]), 0.0, 0.9, 0.8)
+    # delta_1 = 2 - 1 = 1; delta_0 = 1 + 0.9 * 1 - 0.5 = 1.4; A_0 = 1.4 + 0.72 * 1
+    assert adv == pytest.approx([2.12, 1.0])
+    adv = gae(np.array([1.0]), np.array([0.0]), 10.0, 0.5, 1.0)  # bootstrap
+    assert adv == pytest.approx([6.0])
+
+
+def test_per_step_baseline_averages_episodes_reaching_each_step():
+    b = per_step_baseline([np.array([3.0, 2.0, 1.0]), np.array([5.0, 4.0])])
+    assert b[0].tolist() == [4.0, 3.0, 1.0]
+    assert b[1].tolist() == [4.0, 3.0]
+
+
+def test_elites_keep_the_best_share_ties_earlier_first():
+    assert elites([1.0, 5.0, 3.0, 5.0], 0.5) == [1, 3]
+    assert elites([2.0, 2.0, 2.0], 0.34) == [0]
+    assert elites([1.0], 0.01) == [0]
+
+
+def test_prioritized_replay_by_hand():
+    buf = PrioritizedReplay(capacity=3, alpha=1.0, eps=0.0)
+    buf.add(["a", "b"])
+    assert buf.probabilities().tolist() == [0.5, 0.5]
+    buf.update(np.array([0, 1]), np.array([1.0, -3.0]))
+    assert buf.probabilities() == pytest.approx([0.25, 0.75])
+    idx, items, w = buf.sample(2000, 1.0, np.random.default_rng(0))
+    assert items[:5] == [["a", "b"][i] for i in idx[:5]]
+    assert abs((idx == 1).mean() - 0.75) < 0.04
+    # (n p)^-beta over its max: (0.5)^-1 = 2, (1.5)^-1 = 2/3 -> 1 and 1/3
+    assert sorted(set(np.round(w, 6).tolist())) == pytest.approx([1 / 3, 1.0])
+    buf.add(["c", "d"])  # overwrites the oldest, with the largest priority seen (3)
+    assert buf.items == ["d", "b", "c"]
+    assert buf.probabilities() == pytest.approx([3 / 9, 3 / 9, 3 / 9])
+
+
+def test_round_replay_keeps_the_latest_rounds():
+    buf = RoundReplay(2)
+    for r in (["a"], ["b", "c"], ["d"]):
+        buf.add(r)
+    assert len(buf) == 3
+    got = set(buf.sample(200, np.random.default_rng(1)))
+    assert got == {"b", "c", "d"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-20, 20), min_size=2, max_size=9),
+       st.lists(st.booleans(), min_size=2, max_size=9), st.floats(0, 0.999999))
+def test_sampling_never_picks_a_masked_action(logits, mask, u):
+    n = min(len(logits), len(mask))
+    lg, m = np.array(logits[:n]), np.array(mask[:n])
+    if not m.any():
+        m[0] = True
+    a = sample_masked(lg, m, u)
+    assert m[a]
+    g = masked_argmax(lg, m)
+    assert m[g] and lg[g] == lg[m].max()
+
+
+def test_sample_masked_inverse_cdf_by_hand():
+    lg = np.array([0.0, math.log(3.0), 50.0])
+    m = np.array([True, True, False])
+    # probabilities 1/4, 3/4 over the legal actions
+    assert sample_masked(lg, m, 0.2) == 0
+    assert sample_masked(lg, m, 0.3) == 1
+
+
+def _toy_env_spec(place: bool):
+    jobs, cl = bursts(6, seed=3, nodes=4)
+    env = EnvConfig(episode_jobs=None, max_jobs=8, max_candidates=4, place=place)
+    return EnvSpec(jobs, cl, env, env, Normalisation(), jobs.n)
+
+
+def test_action_logits_map_both_phases_onto_the_env_actions():
+    spec = _toy_env_spec(place=True)
+    env = spec.make()
+    torch.manual_seed(0)
+    net = PolicyNet(PolicyConfig(hidden=8)).eval()
+    obs, info = env.reset(seed=0, options={"start": 0})
+    st0 = _state(obs, info)
+    legal = np.flatnonzero(st0.mask)
+    obs, _, _, _, info = env.step(int(legal[0]))
+    st1 = _state(obs, info)
+    assert not st0.placing and st1.placing and st1.place_job == int(legal[0])
+    with torch.no_grad():
+        lg, v = action_logits(net, [st0, st1])
+        jl, _, v0 = net(*obs_tensors(st0.obs))
+        _, pl, _ = net(*obs_tensors(st1.obs, st1.cands, st1.place_job))
+    n_jobs, hold = st0.obs.n_jobs, 8
+    for a in range(9):
+        if not st0.mask[a]:
+            assert lg[0, a] == MASKED
+        elif a == hold:
+            assert lg[0, a] == pytest.approx(float(jl[n_jobs]), abs=1e-4)
+        else:
+            assert lg[0, a] == pytest.approx(float(jl[a]), abs=1e-4)
+    k = len(st1.cands)
+    assert lg[1, :k].numpy() == pytest.approx(pl.numpy(), abs=1e-4)
+    assert (lg[1, k:] == MASKED).all()
+    assert float(v[0]) == pytest.approx(float(v0), abs=1e-4)
+
+
+def _state_of(est_s: list[float], fits: list[bool], hold_ok: bool = True) -> State:
+    n = len(est_s)
+    jobs = np.zeros((n, len(JOB_FEATURES)), dtype=np.float32)
+    jobs[:, JOB_FEATURES.index("log_est_run")] = np.log1p(np.array(est_s) / 3600.0)
+    obs = Observation(jobs=jobs, job_mask=np.array(fits), job_ids=np.arange(n),
+                      nodes=np.zeros((2, 7), np.float32), node_leaf=np.array([0, 1]),
+                      n_leaves=2, globals=np.zeros(10, np.float32), now=0)
+    mask = np.zeros(9, dtype=bool)
+    mask[:n] = fits
+    mask[8] = hold_ok
+    return State(obs, None, None, mask)
+
+
+def test_dl2_exploration_specified_actions():
+    s = _state_of([5000.0, 300.0, 200.0, 100.0], [True, True, True, False])
+    assert dl2_explore(s, 8) == 2  # hold while jobs fit: the shortest fitting (not row 3)
+    assert dl2_explore(s, 0, ratio=10.0) == 2  # 5000 > 10 x 200
+    assert dl2_explore(s, 1, ratio=10.0) is None  # 300 is not 10 x 200
+    assert dl2_explore(s, 0, ratio=100.0) is None
+    none_fit = _state_of([100.0], [False])
+    assert dl2_explore(none_fit, 8) is None
+    # placement: the first candidate spanning the fewest leaves
+    p = State(s.obs, np.array([[1, 1], [1, 0]], dtype=bool), 0, np.array([True, True]))
+    assert dl2_explore(p, 0, node_leaf=np.array([0, 1])) == 1
+    assert dl2_explore(p, 1, node_leaf=np.array([0, 1])) is None
+
+
+def test_placement_phase_is_rolled_out_and_learnt_from():
+    from itertools import pairwise
+
+    from trainer.rl.algorithms import PPO
+
+    spec, _ = _short(place=True, max_candidates=4, budget_updates=1, budget_steps=None)
+    torch.manual_seed(0)
+    net = PolicyNet(PolicyConfig(hidden=8)).eval()
+    trajs = run_group(net, spec, [Task(0, 1), Task(5, 2)])
+    steps = [s for t in trajs for s in t.steps]
+    placing = [s for s in steps if s.placing]
+    assert placing and all(0 <= s.action < len(s.cands) for s in placing)
+    for t in trajs:
+        for a, b in pairwise(t.steps):
+            if not a.placing and a.action < 8:  # a start: its placement comes next
+                assert b.placing and b.place_job == a.action
+    before = _weights(net)
+    algo = PPO(net, PPOConfig(epochs=1, minibatch=64), np.random.default_rng(0))
+    stats = algo.learn(trajs)
+    assert math.isfinite(stats["pg_loss"]) and not _same(before, _weights(net))
+
+
+def test_configs_are_checked():
+    with pytest.raises(ValueError, match="budget"):
+        TrainConfig(budget_steps=None)
+    with pytest.raises(ValueError, match="val_metric"):
+        TrainConfig(val_metric="speed")
+    with pytest.raises(ValueError, match="reference agents"):
+        TrainConfig(references=("oracle",))
+    with pytest.raises(ValueError, match="episodes_per_window"):
+        ReinforceConfig(episodes_per_window=1)
+    with pytest.raises(ValueError, match="eps_end"):
+        DQNConfig(eps_start=0.1, eps_end=0.5)
+    assert parse_overrides(PPOConfig, ["lr=0.01", "norm-adv=false"]) == {
+        "lr": 0.01, "norm_adv": False}
+    with pytest.raises(ValueError, match="no option 'lrate'"):
+        parse_overrides(PPOConfig, ["lrate=1"])
+    with pytest.raises(ValueError, match="algo must be one of"):
+        TrainConfig(algo="sarsa")
+    assert set(ALGORITHMS) == {"ppo", "a2c", "dqn", "reinforce", "cem"}
+    for cls in ALGORITHMS.values():
+        assert cls.config_cls.__doc__ and cls.__doc__
+
+
+def test_task_modes_are_checked():
+    with pytest.raises(ValueError, match="acting mode"):
+        Task(0, 0, mode="boltzmann")
+    with pytest.raises(ValueError, match="needs an agent"):
+        Task(0, 0, mode="agent")
+
+
+# ---------------------------------------------------------------------------- CLI
+def _invoke(*args: str):
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def test_train_command_is_registered_with_help():
+    assert cli.COMMANDS["train"].extra == "train"
+    for sub in ((), ("imitate",), ("rl",), ("all",)):
+        res = _invoke("train", *sub, "--help")
+        assert res.exit_code == 0, res.output
+        assert "Usage" in res.output and len(res.output) > 200
+
+
+def test_budget_forms():
+    from trainer.cli_train import parse_budget
+
+    assert parse_budget("2000")["budget_steps"] == 2000
+    assert parse_budget("7u")["budget_updates"] == 7
+    assert parse_budget("10m")["max_seconds"] == 600.0
+    import click
+
+    with pytest.raises(click.BadParameter, match="wall time"):
+        parse_budget("lots")
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_all_then_resume_on_a_trace(tmp_path):
+    out = tmp_path / "run"
+    common = ("--trace", str(LUBLIN), "--limit", "400", "--out", str(out), "--hidden", "8",
+              "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs", "16")
+    res = _invoke("train", "all", *common, "--epochs", "1", "--max-decisions", "200",
+                  "--budget", "1u", "--algo-opt", "episodes=2")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "replay of the Slurm baseline" in res.output  # Lublin records no waits
+    for name in ("imitation.pt", "imitation.json", "best.pt", "last.pt", "state.pt",
+                 "curves.json", "summary.json", "config.json"):
+        assert (out / name).is_file(), name
+    assert "slurm" in res.output and "best heuristic" in res.output
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["command"]["limit"] == 400 and cfg["train"]["budget_updates"] == 1
+    assert cfg["imitate_from"] == "slurm" and cfg["algo"]["episodes"] == 2
+    assert cfg["periods"] == {"train_jobs": 280, "val_jobs": 40, "val_window_jobs": 30,
+                              "test_jobs": 80}
+    summ = json.loads((out / "summary.json").read_text())
+    assert summ["jobs"] == 30 and "slurm" in summ["bsld_mean"]
+    res = _invoke("train", "all", *common, "--budget", "2u", "--algo-opt", "episodes=2",
+                  "--resume")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "reusing" in res.output
+    assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    res = _invoke("train", "rl", *common, "--budget", "2u", "--resume", "--algo", "dqn")
+    assert res.exit_code != 0 and "other settings" in res.output

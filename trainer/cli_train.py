@@ -1,0 +1,531 @@
+"""``rlsched train imitate|rl|all``: learn a policy from a site's history.
+
+- ``imitate``: DL²'s warm start: reconstruct the site's decisions and train the policy
+  network to imitate them (:mod:`trainer.imitate`); writes ``imitation.pt`` and
+  ``imitation.json`` (agreement on the held-out later period).
+- ``rl``: improve a policy in the simulator (:mod:`trainer.rl`), from ``--init
+  CHECKPOINT`` or random weights; writes ``best.pt``, ``last.pt``, ``state.pt`` (for
+  ``--resume``), ``curves.json``/``curves.png``, ``summary.json``, and prints the
+  validation window's comparison with the Slurm baseline and the best heuristic.
+- ``all``: ``imitate`` then ``rl`` from the imitation weights, in one output folder.
+
+Input is a trace (``--trace``) or the store (``--db``/``--cluster``), sliced with
+``--since``/``--window``/``--limit`` (:mod:`trainer.sim.load`). Each command has one
+dataclass of defaults (:class:`ImitateCommand`, :class:`RLCommand`, :class:`AllCommand`;
+the RL loop's own defaults live in :class:`trainer.rl.TrainConfig`, the algorithms' in
+their configs); options left unset keep them, and the resolved configuration is
+written as ``config.json`` next to the outputs.
+
+Which decisions to imitate (``--imitate-from``): ``history`` imitates the records'
+own starts; ``slurm`` imitates a replay of the Slurm baseline (as configured by
+``--config``) on the same jobs, for a history without a real schedule; ``auto`` (the
+default) takes ``slurm`` when no record waited (a trace without wait times, such as
+the Lublin model, records every job as starting at its submit time), else ``history``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from slurm_plugin.when import parse_span, parse_when
+
+__all__ = ["AllCommand", "ImitateCommand", "RLCommand", "parse_budget", "train"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+IMITATE_FROM = ("auto", "history", "slurm")
+
+
+@dataclass(frozen=True)
+class InputOptions:
+    """Where the history comes from (shared by every ``train`` command).
+
+    Attributes:
+        trace: Trace file (SWF, ANL SWF or Philly-style CSV); or ``db`` and ``cluster``.
+        db: Store URL or SQLite file (with ``cluster``).
+        cluster: Cluster name in the store.
+        since: Slice start: ISO date/time (UTC) or epoch seconds (default: the first job).
+        window: Slice length (``30d``, ``12h``...).
+        limit: At most this many jobs (the first by submit time).
+        nodes: Nodes of a trace's synthetic cluster (default: from the header).
+        gpus_per_node: GPUs per node of a trace's synthetic cluster.
+        cpus_per_node: CPUs per node of a trace's synthetic cluster.
+        nodes_per_leaf: Nodes per leaf switch of a synthetic cluster.
+        default_time_limit: Time limit (s) of jobs whose record has none (default: the
+            recorded run time, which the policy does not see as a limit).
+        config: Saved ``scontrol show config``: the Slurm baseline's priority weights and
+            scheduler parameters (Slurm's defaults without it).
+        out: Output folder.
+        seed: Seed of everything random (weights, windows, actions, replays).
+        progress: Progress bars (default: when stderr is a terminal).
+    """
+
+    trace: str | None = None
+    db: str | None = None
+    cluster: str | None = None
+    since: str | None = None
+    window: str | None = None
+    limit: int | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    cpus_per_node: int | None = None
+    nodes_per_leaf: int = 4
+    default_time_limit: int | None = None
+    config: str | None = None
+    out: str = "rlsched-train"
+    seed: int = 0
+    progress: bool | None = None
+
+
+@dataclass(frozen=True)
+class ImitateCommand(InputOptions):
+    """``rlsched train imitate`` (:class:`trainer.imitate.ImitationConfig` fills the rest).
+
+    Attributes:
+        epochs: Passes over the training decisions (``None``: ImitationConfig's).
+        hidden: Width of the network (``None``: ImitationConfig's).
+        max_decisions: Decisions reconstructed at most (``None``: ImitationConfig's).
+        imitate_from: ``auto``, ``history`` or ``slurm`` (module docstring).
+    """
+
+    epochs: int | None = None
+    hidden: int | None = None
+    max_decisions: int | None = None
+    imitate_from: str = "auto"
+
+
+@dataclass(frozen=True)
+class RLCommand(InputOptions):
+    """``rlsched train rl`` (the loop's defaults are :class:`trainer.rl.TrainConfig`'s).
+
+    Attributes:
+        algo: Algorithm (``trainer.rl.ALGORITHMS``).
+        budget: ``N`` env steps, ``Nu`` updates, or a wall time (``10m``, ``1h``).
+        init: Checkpoint to start from (default: random weights).
+        resume: Continue the run saved in ``out`` exactly.
+        workers: Rollout workers (local processes; Ray actors with ``ray_address``).
+        ray_address: Ray cluster address (needs ``rlsched[dist]``).
+        algo_opts: ``KEY=VALUE`` settings of the algorithm's config.
+        train: Overrides of :class:`trainer.rl.TrainConfig` fields.
+    """
+
+    algo: str = "ppo"
+    budget: str = "100000"
+    init: str | None = None
+    resume: bool = False
+    workers: int = 1
+    ray_address: str | None = None
+    algo_opts: tuple[str, ...] = ()
+    train: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class AllCommand(RLCommand):
+    """``rlsched train all``: imitation, then RL from its weights.
+
+    Attributes:
+        epochs: Imitation epochs (``None``: ImitationConfig's).
+        max_decisions: Imitation decisions at most (``None``: ImitationConfig's).
+        imitate_from: ``auto``, ``history`` or ``slurm``.
+        hidden: Width of the network (``None``: ImitationConfig's).
+    """
+
+    epochs: int | None = None
+    max_decisions: int | None = None
+    imitate_from: str = "auto"
+    hidden: int | None = None
+
+
+def parse_budget(text: str) -> dict[str, Any]:
+    """``"20000"`` (env steps), ``"50u"`` (updates) or a span (``"10m"``) as TrainConfig fields.
+
+    Raises:
+        click.BadParameter: On anything else.
+    """
+    v = text.strip().lower()
+    if v.isdigit() and int(v) > 0:
+        return {"budget_steps": int(v), "budget_updates": None, "max_seconds": None}
+    if v.endswith("u") and v[:-1].isdigit() and int(v[:-1]) > 0:
+        return {"budget_steps": None, "budget_updates": int(v[:-1]), "max_seconds": None}
+    try:
+        secs = parse_span(v).total_seconds()
+    except click.BadParameter:
+        raise click.BadParameter(
+            f"{text!r}: give env steps (20000), updates (50u) or a wall time (10m, 1h)",
+            param_hint="--budget") from None
+    return {"budget_steps": None, "budget_updates": None, "max_seconds": float(secs)}
+
+
+# ---------------------------------------------------------------------------- options
+_TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    # (option, TrainConfig field, click type, help)
+    ("--hidden", "hidden", click.IntRange(min=1),
+     "Width of a randomly initialised network (default 64)."),
+    ("--episode-jobs", "episode_jobs", click.IntRange(min=1),
+     "Jobs per training episode window (default 256)."),
+    ("--val-jobs", "val_jobs", click.IntRange(min=1),
+     "Jobs of the validation window (default 1000, cut to the validation period)."),
+    ("--max-jobs", "max_jobs", click.IntRange(min=1),
+     "Pending jobs the policy sees per decision (default 64)."),
+    ("--reward", "reward", click.Choice(["bsld", "wait", "jct", "util", "effectiveness"]),
+     "Reward (default bsld: minus the bounded slowdowns)."),
+    ("--fairness", "fairness", click.FloatRange(min=0),
+     "Weight of the end-of-episode fairness term (default 0)."),
+    ("--speed-model", "speed_model", click.Choice(["none", "locality", "bandwidth"]),
+     "How run times depend on placement (default none)."),
+    ("--eval-every", "eval_every", click.IntRange(min=1),
+     "Updates between validations (default 5)."),
+    ("--checkpoint-every", "checkpoint_every", click.IntRange(min=1),
+     "Updates between saves of the resumable state (default 10)."),
+    ("--group", "group", click.IntRange(min=1),
+     "Episodes a worker runs in lockstep with batched inference (default 4)."),
+    ("--place", "place", None,
+     "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
+)
+
+
+def _input_options(fn: F) -> F:
+    opts = [
+        click.option("--trace", type=click.Path(exists=True, dir_okay=False),
+                     help="Trace file: SWF, ANL SWF (Theta) or Philly-style CSV."),
+        click.option("--db", envvar="RLSCHED_DB", default=None,
+                     help="Store URL or SQLite file (with --cluster); default $RLSCHED_DB."),
+        click.option("--cluster", help="Cluster name in the store (with --db)."),
+        click.option("--since", help="Slice start: ISO date/time (UTC) or epoch seconds."),
+        click.option("--window", help="Slice length from --since, e.g. 30d, 12h."),
+        click.option("--limit", type=click.IntRange(min=1),
+                     help="Use at most this many jobs (the first by submit time)."),
+        click.option("--nodes", type=click.IntRange(min=1),
+                     help="Nodes of a trace's synthetic cluster (default: from the header)."),
+        click.option("--gpus-per-node", type=click.IntRange(min=0),
+                     help="GPUs per node of a trace's synthetic cluster."),
+        click.option("--cpus-per-node", type=click.IntRange(min=1),
+                     help="CPUs per node of a trace's synthetic cluster."),
+        click.option("--nodes-per-leaf", type=click.IntRange(min=1),
+                     help="Nodes per leaf switch of a synthetic cluster (default 4)."),
+        click.option("--default-time-limit", type=click.IntRange(min=1),
+                     help="Time limit (s) of jobs whose record has none."),
+        click.option("--config", "config", type=click.Path(exists=True, dir_okay=False),
+                     help="Saved 'scontrol show config': the Slurm baseline's settings."),
+        click.option("--out", type=click.Path(file_okay=False),
+                     help="Output folder (default ./rlsched-train)."),
+        click.option("--seed", type=int, help="Seed of everything random (default 0)."),
+        click.option("--progress/--no-progress", default=None,
+                     help="Progress bars (default: when stderr is a terminal)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _imitation_options(fn: F) -> F:
+    opts = [
+        click.option("--epochs", type=click.IntRange(min=0),
+                     help="Imitation epochs (default 10)."),
+        click.option("--max-decisions", type=click.IntRange(min=1),
+                     help="Imitation decisions reconstructed at most (default 10,000)."),
+        click.option("--imitate-from", type=click.Choice(IMITATE_FROM),
+                     help="Decisions to imitate: the records' own starts (history), a"
+                          " replay of the Slurm baseline (slurm), or auto (default: slurm"
+                          " when no record waited)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _rl_options(fn: F) -> F:
+    from .rl import ALGORITHMS
+
+    opts = [
+        click.option("--algo", type=click.Choice(list(ALGORITHMS)),
+                     help="RL algorithm (default ppo)."),
+        click.option("--budget", help="RL budget: env steps (100000, the default), updates"
+                                      " (50u) or a wall time (10m, 1h; not reproducible)."),
+        click.option("--workers", type=click.IntRange(min=1),
+                     help="Rollout workers: 1 (default) in this process, N local processes."),
+        click.option("--ray-address", help="Run the workers as Ray actors on this Ray"
+                                           " cluster (auto, ray://host:10001...);"
+                                           " needs rlsched[dist]."),
+        click.option("--resume", is_flag=True, default=None,
+                     help="Continue the run saved in --out exactly (state.pt)."),
+        click.option("--algo-opt", "algo_opts", multiple=True, metavar="KEY=VALUE",
+                     help="A setting of the algorithm's config, e.g. lr=1e-3 (repeatable)."),
+    ]
+    for name, _field, typ, help_ in _TRAIN_OPTIONS:
+        if typ is None:
+            opts.append(click.option(name, is_flag=True, default=None, help=help_))
+        else:
+            opts.append(click.option(name, type=typ, help=help_))
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _when(value: str) -> int:
+    v = value.strip()
+    return int(v) if v.isdigit() else int(parse_when(v).timestamp())
+
+
+_C = TypeVar("_C")
+
+
+def _resolve(cls: type[_C], kwargs: dict[str, Any]) -> _C:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    train = tuple((f, kwargs[f]) for _o, f, _t, _h in _TRAIN_OPTIONS
+                  if f in kwargs and kwargs[f] is not None)
+    vals = {k: v for k, v in kwargs.items() if k in names and v is not None}
+    if "train" in names:
+        vals["train"] = train
+    if "algo_opts" in vals:
+        vals["algo_opts"] = tuple(vals["algo_opts"])
+    return cls(**vals)
+
+
+# ---------------------------------------------------------------------------- running
+@dataclass
+class _Data:
+    records: list[Any]
+    spec: Any
+    cluster: Any
+    jobs: Any
+    options: Any
+    priority: Any
+    source: str
+    rejected: dict[str, int]
+
+
+def _load(cmd: InputOptions) -> _Data:
+    from slurm_plugin.slurm.errors import SlurmError
+
+    from .sim import load
+    from .sim.slurm import PrioritySettings, SchedulerOptions, read_config
+    from .sim.state import Cluster, build_jobs
+
+    if (cmd.trace is None) == (cmd.cluster is None):
+        raise click.UsageError("give either --trace FILE or --db URL --cluster NAME")
+    since = _when(cmd.since) if cmd.since else None
+    window = int(parse_span(cmd.window).total_seconds()) if cmd.window else None
+    try:
+        if cmd.trace is not None:
+            inp = load.from_trace(cmd.trace, num_nodes=cmd.nodes,
+                                  gpus_per_node=cmd.gpus_per_node,
+                                  cpus_per_node=cmd.cpus_per_node,
+                                  nodes_per_leaf=cmd.nodes_per_leaf, since=since,
+                                  window=window, limit=cmd.limit)
+        else:
+            from db.session import StoreError
+
+            try:
+                inp = load.from_store(cmd.db, str(cmd.cluster), since=since, window=window,
+                                      limit=cmd.limit, nodes_per_leaf=cmd.nodes_per_leaf)
+            except StoreError as exc:
+                raise click.ClickException(str(exc).splitlines()[0]) from None
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    opts, prio = SchedulerOptions(), PrioritySettings()
+    if cmd.config:
+        try:
+            opts, prio, _ = read_config(cmd.config)
+        except (OSError, ValueError, SlurmError) as exc:
+            raise click.ClickException(f"{cmd.config}: {exc}") from None
+    cluster = Cluster.from_spec(inp.spec)
+    jobs = build_jobs(inp.records, cluster, default_time_limit=cmd.default_time_limit)
+    if jobs.n == 0:
+        raise click.ClickException(f"{inp.source}: no job to train on")
+    return _Data(inp.records, inp.spec, cluster, jobs, opts, prio, inp.source,
+                 dict(inp.rejected))
+
+
+def _show(cmd: InputOptions) -> bool:
+    return sys.stderr.isatty() if cmd.progress is None else bool(cmd.progress)
+
+
+def _write_json(data: Any, path: Path) -> None:
+    from .rl.curves import write_curves
+
+    write_curves(data, path)
+
+
+def _imitation_source(data: _Data, choice: str) -> str:
+    if choice != "auto":
+        return choice
+    waited = any(r.start_time is not None and r.start_time > (r.eligible_time or r.submit_time)
+                 for r in data.records)
+    return "history" if waited else "slurm"
+
+
+def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
+             ) -> tuple[Any, dict[str, Any]]:
+    from .imitate import ImitationConfig, records_from_sim, train_imitation
+    from .policy import save_checkpoint
+    from .sim.engine import EngineOptions, Simulator
+    from .sim.policies import make_policy
+
+    over = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
+                              ("max_decisions", cmd.max_decisions)) if v is not None}
+    icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1, **over)
+    source = _imitation_source(data, cmd.imitate_from)
+    records = data.records
+    if source == "slurm":
+        click.echo("imitating a replay of the Slurm baseline (the records hold no schedule"
+                   " of their own)" if cmd.imitate_from == "auto" else
+                   "imitating a replay of the Slurm baseline", err=True)
+        policy = make_policy("multifactor", data.priority, data.options.placement)
+        r = Simulator(data.jobs, data.cluster, policy, data.options,
+                      EngineOptions(seed=cmd.seed, keep_placements=True)).run()
+        records = records_from_sim(records, r)
+    try:
+        net, report = train_imitation(records, data.cluster, icfg)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    rep = {**report.to_dict(), "imitate_from": source}
+    out.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(out / "imitation.pt", net, extra={"imitation": rep})
+    _write_json(rep, out / "imitation.json")
+    test = report.metrics.get("test", {})
+    if test:
+        click.echo(f"imitation: test top-1 {test['net']['top1']:.3f} (FIFO"
+                   f" {test['fifo']['top1']:.3f}, random {test['random']['top1']:.3f}),"
+                   f" top-5 {test['net']['top5']:.3f}", err=True)
+    return net, {"imitation": icfg.to_dict(), "imitate_from": source}
+
+
+def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, Any]) -> None:
+    from slurm_plugin.features import Normalisation
+    from slurm_plugin.output import table
+
+    from .policy import load_checkpoint
+    from .rl import ALGORITHMS, TrainConfig, Trainer, make_spec
+    from .rl.config import parse_overrides
+    from .rl.report import HEADERS, summarize
+
+    fields_ = dict(cmd.train)
+    try:
+        cfg = TrainConfig(algo=cmd.algo, seed=cmd.seed, workers=cmd.workers,
+                          ray_address=cmd.ray_address, progress=_show(cmd),
+                          **parse_budget(cmd.budget), **fields_)
+        acls = ALGORITHMS[cfg.algo].config_cls
+        acfg = acls(**parse_overrides(acls, cmd.algo_opts))
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(str(exc)) from None
+    norm = Normalisation()
+    if isinstance(init, str):
+        try:
+            norm = load_checkpoint(init).norm
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"{init}: {exc}") from None
+    try:
+        spec = make_spec(data.jobs, data.cluster, cfg, norm)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    resolved.update({"train": cfg.to_dict(), "algo": acfg.to_dict(),
+                     "env": {"train": spec.train.to_dict(), "eval": spec.eval.to_dict()},
+                     "periods": {"train_jobs": spec.train_rows,
+                                 "val_jobs": spec.jobs.n - spec.train_rows,
+                                 "val_window_jobs": spec.eval.episode_jobs,
+                                 "test_jobs": data.jobs.n - spec.jobs.n}})
+    _write_json(resolved, out / "config.json")
+    trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
+                      meta={"source": data.source})
+    try:
+        res = trainer.run(resume=cmd.resume)
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    summ = summarize(spec, res.best_net, options=data.options, priority=data.priority,
+                     seed=cmd.seed)
+    _write_json({**summ.to_dict(), "best": res.best, "updates": res.updates,
+                 "steps": res.steps, "wall_s": res.wall_s}, out / "summary.json")
+    click.echo(f"{cfg.algo}: {res.updates} updates, {res.steps} env steps in "
+               f"{res.wall_s:.0f} s; best validation {cfg.val_metric} "
+               f"{res.best.get(cfg.val_metric, float('nan')):.4g} at update "
+               f"{int(res.best.get('update', 0))}", err=True)
+    click.echo(f"validation window: {summ.jobs} jobs (after the {spec.train_rows} training"
+               " jobs); outputs in " + str(out), err=True)
+    table(HEADERS, summ.rows())
+
+
+def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:
+    c = data.cluster
+    d = asdict(cmd)
+    return {"command": d, "input": {"source": data.source, "rejected": data.rejected,
+                                    "jobs": data.jobs.n, "skipped": dict(data.jobs.skipped)},
+            "cluster": {"name": c.name, "nodes": c.num_nodes, "leaves": c.num_leaves},
+            "scheduler": data.options.to_dict(), "priority": data.priority.to_dict()}
+
+
+# ---------------------------------------------------------------------------- commands
+@click.group("train")
+def train() -> None:
+    """Learn a scheduling policy: imitate the site's scheduler, then improve it with RL."""
+
+
+@train.command("imitate")
+@_input_options
+@_imitation_options
+@click.option("--hidden", type=click.IntRange(min=1), help="Width of the network (default 64).")
+def imitate_cmd(**kwargs: Any) -> None:
+    """Imitate the site's own scheduling decisions (DL²'s warm start).
+
+    Writes imitation.pt (a policy checkpoint), imitation.json (top-1/top-5 agreement
+    on the later, held-out period against FIFO and random) and config.json.
+    """
+    cmd = _resolve(ImitateCommand, kwargs)
+    data = _load(cmd)
+    out = Path(cmd.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _, extra = _imitate(data, cmd, out)
+    _write_json({**_resolved(cmd, data), **extra}, out / "config.json")
+    click.echo(f"wrote {out / 'imitation.pt'}, {out / 'imitation.json'}", err=True)
+
+
+@train.command("rl")
+@_input_options
+@_rl_options
+@click.option("--init", type=click.Path(exists=True, dir_okay=False),
+              help="Checkpoint to start from (e.g. imitation.pt); default random weights.")
+def rl_cmd(**kwargs: Any) -> None:
+    """Improve a policy with reinforcement learning in the simulator.
+
+    Episodes are windows of the first 70% of the jobs; the greedy policy is validated
+    on the next 10% (the best checkpoint is kept); the last 20% are never used.
+    Prints the validation window's comparison with the Slurm baseline and the best
+    heuristic.
+    """
+    cmd = _resolve(RLCommand, kwargs)
+    data = _load(cmd)
+    out = Path(cmd.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _rl(data, cmd, out, cmd.init, _resolved(cmd, data))
+
+
+@train.command("all")
+@_input_options
+@_imitation_options
+@_rl_options
+def all_cmd(**kwargs: Any) -> None:
+    """Imitation, then RL from the imitation weights (one output folder).
+
+    With --resume, an existing imitation.pt is reused and the RL run continues.
+    """
+    cmd = _resolve(AllCommand, kwargs)
+    data = _load(cmd)
+    out = Path(cmd.out)
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = _resolved(cmd, data)
+    ck = out / "imitation.pt"
+    if cmd.resume and ck.is_file():
+        click.echo(f"reusing {ck}", err=True)
+    else:
+        _, extra = _imitate(data, cmd, out)
+        resolved.update(extra)
+    _rl(data, dataclasses.replace(cmd, init=str(ck)), out, str(ck), resolved)

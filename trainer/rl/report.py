@@ -1,0 +1,172 @@
+"""The end-of-training summary: the policy against the simulator's baselines, same window.
+
+On the validation window (the jobs the best checkpoint was picked on, never trained
+on), :func:`summarize` replays
+
+- every baseline of :data:`trainer.sim.policies.BASELINES` with
+  :class:`~trainer.sim.engine.Simulator` (Slurm as configured, FIFO, SJF, the seed
+  heuristics...);
+- the policy through :class:`~trainer.policy.TorchPolicy` in the same engine, with
+  EASY backfill (how the helper deploys it: it reorders Slurm's queue, Slurm's
+  backfill stays) and without (strict order);
+- the policy as it was trained and validated: greedy in :class:`~trainer.env.SchedEnv`
+  (it picks which fitting job starts, or holds).
+
+Rows carry mean bounded slowdown, mean and p99 wait, mean JCT and node utilisation;
+the *best heuristic* is the baseline other than ``slurm`` with the lowest mean
+bounded slowdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from slurm_plugin.features import Normalisation, UserHistory
+
+from ..policy import PolicyNet, TorchPolicy
+from ..sim import metrics
+from ..sim.engine import EngineOptions, Simulator
+from ..sim.policies import BASELINES, make_policy
+from ..sim.slurm import PrioritySettings, SchedulerOptions
+from ..sim.state import Cluster, JobTable
+from ..sim.stepper import window
+from .acting import EnvSpec, Task, run_group
+
+__all__ = ["HEADERS", "Summary", "history_before", "summarize"]
+
+#: Columns of :meth:`Summary.rows`.
+HEADERS = ("policy", "jobs", "bsld mean", "wait mean (s)", "wait p99 (s)", "JCT mean (s)",
+           "util nodes")
+
+
+def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisation,
+                   k: int = 256) -> UserHistory:
+    """The users' history at row ``lo``'s arrival: up to ``k`` earlier jobs that had ended."""
+    hist = UserHistory(norm)
+    if not lo or not k:
+        return hist
+    t0 = int(jobs.eligible[lo])
+    rows = np.arange(max(0, lo - 8 * k), lo)
+    end = jobs.eligible[rows] + jobs.run[rows]
+    keep = end <= t0
+    rows, end = rows[keep], end[keep]
+    order = np.argsort(end, kind="stable")[-k:]
+    cap_c = int(cluster.cap_c.max())
+    for r, e in zip(rows[order].tolist(), end[order].tolist(), strict=True):
+        per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
+        limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
+        user = jobs.users[int(jobs.user[r])] if jobs.users else ""
+        hist.record(user, e, int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
+    return hist
+
+
+@dataclass
+class Summary:
+    """The comparison on the validation window.
+
+    Attributes:
+        metrics: Engine metrics (:func:`trainer.sim.metrics.compute`) per row name.
+        env_metrics: The greedy policy's ``episode_metrics`` in the env.
+        best_heuristic: Name of the best baseline other than ``slurm``.
+        jobs: Jobs in the window.
+    """
+
+    metrics: dict[str, dict[str, Any]]
+    env_metrics: dict[str, float]
+    best_heuristic: str
+    jobs: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def bsld(self, name: str) -> float:
+        """Mean bounded slowdown of a row (``policy (env)`` for the env's run)."""
+        if name == "policy (env)":
+            return float(self.env_metrics.get("bsld_mean", float("nan")))
+        return float(self.metrics[name]["bsld"]["mean"])
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """Table rows: the policy's, ``slurm``, the best heuristic, then the others."""
+        def fmt(x: Any) -> str:
+            return "-" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
+
+        out: list[tuple[str, ...]] = []
+        e = self.env_metrics
+        out.append(("policy (env, greedy)", fmt(int(e.get("jobs", self.jobs))),
+                    fmt(e.get("bsld_mean")), fmt(e.get("wait_mean")), "-",
+                    fmt(e.get("jct_mean")), "-"))
+        names = [n for n in self.metrics if n.startswith("policy")]
+        names += [n for n in ("slurm", self.best_heuristic) if n in self.metrics]
+        names += [n for n in self.metrics if n not in names]
+        for n in dict.fromkeys(names):
+            m = self.metrics[n]
+            label = f"{n} (best heuristic)" if n == self.best_heuristic else n
+            out.append((label, fmt(m["jobs"]), fmt(m["bsld"]["mean"]),
+                        fmt(m["wait_s"]["mean"]), fmt(m["wait_s"]["p99"]),
+                        fmt(m["jct_s"]["mean"]), fmt(m["utilisation"]["nodes"])))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (without the time series)."""
+        ms = {n: {k: v for k, v in m.items() if k != "series"} for n, m in self.metrics.items()}
+        return {"metrics": ms, "env_metrics": self.env_metrics,
+                "best_heuristic": self.best_heuristic, "jobs": self.jobs,
+                "bsld_mean": {n: self.bsld(n) for n in [*self.metrics, "policy (env)"]},
+                **self.extra}
+
+
+def summarize(spec: EnvSpec, net: PolicyNet, *, options: SchedulerOptions | None = None,
+              priority: PrioritySettings | None = None, seed: int = 0,
+              baselines: list[str] | None = None, threads: int | None = 1) -> Summary:
+    """Compare ``net`` with the baselines on the validation window (module docstring).
+
+    Args:
+        spec: The training data (its validation window is used).
+        net: The policy.
+        options: Scheduler options of the baselines (Slurm's defaults if ``None``).
+        priority: Priority settings of the multifactor baseline.
+        seed: Seed of the replays.
+        baselines: Names in :data:`BASELINES` (default: all).
+        threads: torch threads while the policy scores (``None``: leave as is). One is
+            fastest for one small observation at a time, and far faster than two on
+            a busy machine.
+    """
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _summarize(spec, net, options, priority, seed, baselines)
+    finally:
+        torch.set_num_threads(old)
+
+
+def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
+               priority: PrioritySettings | None, seed: int, baselines: list[str] | None
+               ) -> Summary:
+    opts = options or SchedulerOptions()
+    lo = spec.train_rows
+    size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
+    jobs = window(spec.jobs, lo, lo + size, shift=False)
+    eng = EngineOptions(seed=seed, speed_model=spec.eval.speed_model)
+    out: dict[str, dict[str, Any]] = {}
+    for name in baselines or list(BASELINES):
+        b = BASELINES[name]
+        policy = make_policy(b.policy, priority, b.placement or opts.placement)
+        o = replace(opts, backfill=opts.backfill if b.backfill is None else b.backfill)
+        r = Simulator(jobs, spec.cluster, policy, o, eng).run()
+        r.policy = name
+        out[name] = metrics.compute(r)
+    for label, bf in (("policy (engine, +backfill)", True), ("policy (engine, no backfill)",
+                                                            False)):
+        hist = history_before(spec.jobs, spec.cluster, lo, spec.norm,
+                              spec.eval.history_jobs)
+        tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement)
+        r = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=bf), eng).run()
+        r.policy = label
+        out[label] = metrics.compute(r)
+    env_traj = run_group(net, spec, [Task(lo, 0, "greedy", eval=True, keep_steps=False)])[0]
+    heur = [n for n in out if not n.startswith("policy") and n != "slurm"]
+    best = min(heur, key=lambda n: out[n]["bsld"]["mean"]) if heur else "slurm"
+    return Summary(out, dict(env_traj.metrics), best, jobs.n)

@@ -1,0 +1,392 @@
+"""The training loop shared by every algorithm: rollouts, validation, checkpoints, resume.
+
+Data (:func:`make_spec`)
+    The job table is split in arrival order: the first ``train_share`` of the jobs are
+    the training period (episodes are windows of ``episode_jobs`` consecutive jobs
+    drawn from it), the next ``val_share`` the validation period (one fixed window: its
+    first ``val_jobs`` jobs, whose user history starts from the training period's
+    jobs); the rest, the test period, is not even handed to the environments.
+
+One round (an *update*)
+    The algorithm names its episodes (:meth:`~trainer.rl.algorithms.Algorithm.plan`,
+    windows and seeds drawn from the loop's generator); they are cut into groups of
+    ``group`` tasks and rolled out by the pool (:mod:`trainer.rl.workers`) with the
+    current weights; the algorithm learns from the trajectories. Every ``eval_every``
+    updates (and at the start and the end) the greedy policy runs on the validation
+    window: the best ``val_metric`` so far is saved as ``best.pt`` (Chic's validation
+    picks the checkpoint). Every ``checkpoint_every`` updates (and at the end) the
+    whole training state goes to ``state.pt``.
+
+Determinism and resume
+    Initial weights come from ``torch.manual_seed(seed)`` (or the given net), windows,
+    seeds and minibatch orders from one ``numpy`` generator seeded with ``seed``, action
+    draws from each task's seed; torch runs with deterministic algorithms and a fixed
+    thread count. The same data, configs and seed give identical weights, whatever
+    the number of workers. ``state.pt`` holds the weights, the optimizer, the
+    algorithm's buffers and target net, the generator's state, the counters, the
+    curves and the best checkpoint so far: ``resume=True`` continues from it exactly
+    as if the run had not stopped (budgets, workers and the progress bar may change;
+    anything else must match, or the resume is refused). ``state.pt`` is a pickle:
+    load only your own.
+
+Outputs (``out``): ``state.pt``, ``best.pt`` and ``last.pt`` (policy checkpoints,
+:func:`trainer.policy.save_checkpoint`), ``curves.json`` and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm  # type: ignore[import-untyped]
+
+from slurm_plugin.features import Normalisation
+
+from ..policy import PolicyConfig, PolicyNet, load_checkpoint, save_checkpoint
+from ..sim.state import Cluster, JobTable
+from ..sim.stepper import window
+from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
+from .algorithms import ALGORITHMS, Algorithm, TaskMaker
+from .config import VAL_METRICS, AlgoConfig, TrainConfig
+from .curves import plot_curves, write_curves
+from .workers import RolloutPool, make_pool
+
+__all__ = ["TrainResult", "Trainer", "make_spec", "train"]
+
+#: Fields of :class:`TrainConfig` a resume may change.
+RESUMABLE_CHANGES = frozenset({"budget_steps", "budget_updates", "max_seconds", "workers",
+                               "ray_address", "progress"})
+
+STATE_FILE = "state.pt"
+BEST_FILE = "best.pt"
+LAST_FILE = "last.pt"
+
+
+def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
+              norm: Normalisation | None = None) -> EnvSpec:
+    """The environments' data: training and validation periods (module docstring).
+
+    ``episode_jobs`` is cut to the training period and ``val_jobs`` to the validation
+    period when they are longer.
+
+    Raises:
+        ValueError: If either period would be empty.
+    """
+    n = jobs.n
+    n_train = int(config.train_share * n)
+    n_val = int(config.val_share * n)
+    if n_train < 1 or n_val < 1:
+        raise ValueError(f"{n} jobs leave {n_train} for training and {n_val} for "
+                         "validation: more jobs (or larger shares) are needed")
+    table = window(jobs, 0, n_train + n_val, shift=False)
+    train_cfg, eval_cfg = config.env_configs()
+    # fragmentation samples only feed the episode's result: one per training episode
+    train_cfg = replace(train_cfg, episode_jobs=min(config.episode_jobs, n_train),
+                        frag_samples=1)
+    eval_cfg = replace(eval_cfg, episode_jobs=min(config.val_jobs or n_val, n_val))
+    return EnvSpec(table, cluster, train_cfg, eval_cfg, norm or Normalisation(), n_train)
+
+
+@contextmanager
+def _torch_settings(threads: int | None) -> Iterator[None]:
+    old_threads = torch.get_num_threads()
+    old_det = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(old_det)
+        torch.set_num_threads(old_threads)
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.run` returns.
+
+    Attributes:
+        net: The net with the last weights.
+        best_net: The net with the best validation weights.
+        best: ``{"update", "steps", <val_metric>}`` of the best validation.
+        curves: ``{"train": [...], "val": [...], "references": {...}}``.
+        updates: Updates done (in all runs of this training).
+        steps: Training env steps done.
+        wall_s: Wall time of this run, s.
+        out: The output directory, if any.
+    """
+
+    net: PolicyNet
+    best_net: PolicyNet
+    best: dict[str, float]
+    curves: dict[str, Any]
+    updates: int
+    steps: int
+    wall_s: float
+    out: Path | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class Trainer:
+    """Runs one training (module docstring).
+
+    Args:
+        spec: The environments' data (:func:`make_spec`).
+        config: Loop settings.
+        algo_config: The algorithm's settings (default: its config's defaults).
+        init: Initial weights: a net, a checkpoint path, or ``None`` (random, seeded).
+        out: Output directory (``None``: no files; then no resume).
+        meta: JSON-able metadata saved in the checkpoints.
+
+    Raises:
+        KeyError: If the algorithm is unknown.
+        TypeError: If ``algo_config`` is not the algorithm's config class.
+    """
+
+    def __init__(self, spec: EnvSpec, config: TrainConfig, algo_config: AlgoConfig | None = None,
+                 init: PolicyNet | str | os.PathLike[str] | None = None,
+                 out: str | os.PathLike[str] | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
+        try:
+            self.algo_cls = ALGORITHMS[config.algo]
+        except KeyError:
+            raise KeyError(f"unknown algorithm {config.algo!r}: {sorted(ALGORITHMS)}") from None
+        self.spec = spec
+        self.cfg = config
+        self.algo_cfg = algo_config or self.algo_cls.config_cls()
+        if not isinstance(self.algo_cfg, self.algo_cls.config_cls):
+            raise TypeError(f"{config.algo} needs a {self.algo_cls.config_cls.__name__}")
+        self.init = init
+        self.out = Path(out) if out is not None else None
+        self.meta = dict(meta or {})
+
+    # ------------------------------------------------------------------ helpers
+    def _config_dict(self) -> dict[str, Any]:
+        return {"train": self.cfg.to_dict(), "algo": self.algo_cfg.to_dict()}
+
+    def _initial_net(self) -> PolicyNet:
+        init = self.init
+        if init is None:
+            torch.manual_seed(self.cfg.seed)
+            return PolicyNet(PolicyConfig(hidden=self.cfg.hidden))
+        if isinstance(init, PolicyNet):
+            net = PolicyNet(init.config)
+            net.load_state_dict(init.state_dict())
+            return net
+        return load_checkpoint(init).net
+
+    def _lower_better(self) -> bool:
+        return VAL_METRICS[self.cfg.val_metric]
+
+    def _metric(self, t: Trajectory) -> float:
+        v = t.metrics.get(self.cfg.val_metric) if t.terminated else None
+        if v is None:
+            return math.inf if self._lower_better() else -math.inf
+        return float(v)
+
+    def _better(self, a: float, b: float) -> bool:
+        return a < b if self._lower_better() else a > b
+
+    def _val_task(self, mode: str = "greedy", agent: str | None = None) -> Task:
+        return Task(self.spec.train_rows, 0, mode, agent=agent, eval=True, keep_steps=False)
+
+    def _groups(self, tasks: Sequence[Task]) -> list[list[Task]]:
+        g = self.cfg.group
+        return [list(tasks[i:i + g]) for i in range(0, len(tasks), g)]
+
+    def _set_scale(self, trajs: Sequence[Trajectory]) -> float:
+        if self.cfg.reward_scale is not None:
+            return float(self.cfg.reward_scale)
+        g = np.concatenate([discounted(t.rewards(), self.algo_cfg.gamma) for t in trajs
+                            if t.steps] or [np.zeros(1)])
+        sd = float(g.std())
+        return 1.0 / sd if sd > 1e-8 else 1.0
+
+    # ------------------------------------------------------------------ run
+    def run(self, resume: bool = False) -> TrainResult:
+        """Train until a budget is spent (module docstring).
+
+        Raises:
+            ValueError: On ``resume`` without an output directory, or with a state
+                saved under other settings.
+            FileNotFoundError: On ``resume`` when no state was saved.
+        """
+        with _torch_settings(self.cfg.threads):
+            return self._run(resume)
+
+    def _run(self, resume: bool) -> TrainResult:
+        cfg = self.cfg
+        wall0 = time.perf_counter()
+        state: dict[str, Any] | None = None
+        if resume:
+            state = self._load_state()
+        net = self._initial_net() if state is None else PolicyNet(
+            PolicyConfig.from_dict(state["net_config"]))
+        rng = np.random.default_rng(cfg.seed)
+        algo: Algorithm = self.algo_cls(net, self.algo_cfg, rng)
+        curves: dict[str, Any] = {"train": [], "val": [], "references": {}}
+        best: dict[str, float] = {}
+        best_state = {k: v.clone() for k, v in net.state_dict().items()}
+        updates = steps = episodes = 0
+        scale: float | None = None
+        if state is not None:
+            net.load_state_dict(state["net"])
+            algo.load_state_dict(state["algo"])
+            rng.bit_generator.state = state["rng"]
+            torch.set_rng_state(state["torch_rng"])
+            curves, best, best_state = state["curves"], state["best"], state["best_state"]
+            updates, steps, episodes = state["updates"], state["steps"], state["episodes"]
+            scale = state["reward_scale"]
+        tm = TaskMaker(rng, self.spec.train_rows, int(self.spec.train.episode_jobs or 1))
+        show = sys.stderr.isatty() if cfg.progress is None else cfg.progress
+        last_eval = -1
+        files: dict[str, str] = {}
+        with make_pool(self.spec, net.config, cfg.workers, cfg.ray_address) as pool:
+            if state is None:
+                refs = [self._val_task("agent", a) for a in cfg.references]
+                if refs:
+                    res = [t for g in pool.run(None, self._groups(refs)) for t in g]
+                    curves["references"] = {t.task.agent: dict(t.metrics) for t in res}
+                best, best_state = self._evaluate(pool, net, curves, best, best_state,
+                                                  updates, steps, wall0)
+                last_eval = updates
+            if cfg.budget_steps is not None:
+                bar = tqdm(total=cfg.budget_steps, initial=min(steps, cfg.budget_steps),
+                           unit="step", desc=f"rl:{cfg.algo}", disable=not show)
+            else:
+                bar = tqdm(total=cfg.budget_updates, initial=updates, unit="update",
+                           desc=f"rl:{cfg.algo}", disable=not show)
+            while not self._spent(updates, steps, wall0):
+                tasks = algo.plan(tm)
+                trajs = [t for g in pool.run(net, self._groups(tasks)) for t in g]
+                if scale is None:
+                    scale = self._set_scale(trajs)
+                algo.reward_scale = scale
+                net.train()
+                stats = algo.learn(trajs)
+                net.eval()
+                n = sum(t.length for t in trajs)
+                updates += 1
+                steps += n
+                episodes += len(trajs)
+                point = {"update": updates, "steps": steps, "episodes": episodes,
+                         "return_mean": finite_mean([t.ret for t in trajs]),
+                         "wall_s": time.perf_counter() - wall0, **stats}
+                for key in ("bsld_mean", "wait_mean", "jct_mean"):
+                    point[key] = finite_mean([t.metrics.get(key, math.nan) for t in trajs
+                                              if t.task.mode != "uniform"])
+                curves["train"].append(point)
+                bar.update(n if cfg.budget_steps is not None else 1)
+                if updates % cfg.eval_every == 0:
+                    best, best_state = self._evaluate(pool, net, curves, best, best_state,
+                                                      updates, steps, wall0)
+                    last_eval = updates
+                    bar.set_postfix({cfg.val_metric: f"{curves['val'][-1][cfg.val_metric]:.3g}",
+                                     "best": f"{best.get(cfg.val_metric, math.nan):.3g}"})
+                if updates % cfg.checkpoint_every == 0:
+                    self._save_state(net, algo, rng, curves, best, best_state, updates, steps,
+                                     episodes, scale)
+            if last_eval != updates:
+                best, best_state = self._evaluate(pool, net, curves, best, best_state,
+                                                  updates, steps, wall0)
+            bar.close()
+        self._save_state(net, algo, rng, curves, best, best_state, updates, steps, episodes,
+                         scale)
+        best_net = PolicyNet(net.config)
+        best_net.load_state_dict(best_state)
+        best_net.eval()
+        net.eval()
+        if self.out is not None:
+            meta = {**self.meta, "config": self._config_dict(), "updates": updates,
+                    "steps": steps}
+            save_checkpoint(self.out / LAST_FILE, net, extra=meta, norm=self.spec.norm)
+            files["last"] = str(self.out / LAST_FILE)
+            files["best"] = str(self.out / BEST_FILE)
+            files["state"] = str(self.out / STATE_FILE)
+            files["curves_json"] = str(write_curves({**curves, "best": best},
+                                                    self.out / "curves.json"))
+            png = plot_curves(curves, self.out / "curves.png", cfg.val_metric,
+                              f"{cfg.algo}: {cfg.val_metric}")
+            if png is not None:
+                files["curves_png"] = str(png)
+        return TrainResult(net, best_net, best, curves, updates, steps,
+                           time.perf_counter() - wall0, self.out, files)
+
+    def _spent(self, updates: int, steps: int, wall0: float) -> bool:
+        c = self.cfg
+        return ((c.budget_steps is not None and steps >= c.budget_steps)
+                or (c.budget_updates is not None and updates >= c.budget_updates)
+                or (c.max_seconds is not None and time.perf_counter() - wall0 >= c.max_seconds))
+
+    def _evaluate(self, pool: RolloutPool, net: PolicyNet, curves: dict[str, Any],
+                  best: dict[str, float], best_state: dict[str, torch.Tensor], updates: int,
+                  steps: int, wall0: float) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        net.eval()
+        t = pool.run(net, [[self._val_task()]])[0][0]
+        v = self._metric(t)
+        curves["val"].append({"update": updates, "steps": steps, **t.metrics,
+                              self.cfg.val_metric: v, "wall_s": time.perf_counter() - wall0})
+        key = self.cfg.val_metric
+        if not best or self._better(v, best[key]):
+            best = {"update": updates, "steps": steps, key: v}
+            best_state = {k: x.detach().clone() for k, x in net.state_dict().items()}
+            if self.out is not None:
+                save_checkpoint(self.out / BEST_FILE, net, norm=self.spec.norm, extra={
+                    **self.meta, "config": self._config_dict(), **best})
+        return best, best_state
+
+    # ------------------------------------------------------------------ state
+    def _save_state(self, net: PolicyNet, algo: Algorithm, rng: np.random.Generator,
+                    curves: dict[str, Any], best: dict[str, float],
+                    best_state: dict[str, torch.Tensor], updates: int, steps: int,
+                    episodes: int, scale: float | None) -> None:
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "config": self._config_dict(), "net_config": net.config.to_dict(),
+            "net": {k: v.detach().clone() for k, v in net.state_dict().items()},
+            "algo": algo.state_dict(), "rng": rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(), "curves": curves, "best": best,
+            "best_state": best_state, "updates": updates, "steps": steps,
+            "episodes": episodes, "reward_scale": scale,
+        }
+        tmp = self.out / (STATE_FILE + ".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, self.out / STATE_FILE)
+
+    def _load_state(self) -> dict[str, Any]:
+        if self.out is None:
+            raise ValueError("resume needs the output directory of the run to continue")
+        path = self.out / STATE_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no training state to resume from")
+        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+        saved, now = state["config"], self._config_dict()
+        diff = sorted(k for k in set(saved["train"]) | set(now["train"])
+                      if k not in RESUMABLE_CHANGES
+                      and saved["train"].get(k) != now["train"].get(k))
+        diff += sorted(f"algo.{k}" for k in set(saved["algo"]) | set(now["algo"])
+                       if saved["algo"].get(k) != now["algo"].get(k))
+        if diff:
+            raise ValueError(f"{path} was saved with other settings ({', '.join(diff)}); "
+                             "resume with the same settings, or start a new --out")
+        return state
+
+
+def train(spec: EnvSpec, config: TrainConfig | None = None,
+          algo_config: AlgoConfig | None = None,
+          init: PolicyNet | str | os.PathLike[str] | None = None,
+          out: str | os.PathLike[str] | None = None, resume: bool = False,
+          meta: dict[str, Any] | None = None) -> TrainResult:
+    """Train a policy (see :class:`Trainer`)."""
+    return Trainer(spec, config or TrainConfig(), algo_config, init, out, meta).run(resume)
