@@ -22,14 +22,19 @@ wall time):
 5. ``imitation``: :func:`trainer.imitate.train_imitation` (DL²'s warm start): the net
    learns the history's decisions; agreement on held-out later decisions.
 6. ``rl``: :func:`trainer.rl.train` from the imitation weights (PPO by default) on
-   windows of the training period; the validation period picks the checkpoint.
-7. ``export``: :func:`exporter.onnx_export.export` (parity with torch on simulator
-   observations) and ``rlsched verify`` on the result.
-8. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
+   windows of the training period (``rl/best.pt``: best on RL's validation window).
+7. ``select``: the checkpoint to deploy, among the imitation net and RL's best and last,
+   is the one with the lowest mean bounded slowdown when the validation period is
+   replayed in the simulator exactly as the test period is (warm-started, under Slurm's
+   main loop and backfill; :func:`trainer.evaluate.evaluate` with the validation period
+   as its "test"). The test period is still never looked at.
+8. ``export``: :func:`exporter.onnx_export.export` of that checkpoint (parity with
+   torch on simulator observations) and ``rlsched verify`` on the result.
+9. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
    (``policy``) and the imitation checkpoint (``imitation``) against every baseline on
    the test period (the last 20% of the jobs, never seen in training), with the
    quality targets; the headline table goes into the model card.
-9. ``report``: :func:`trainer.report.build_report`: ``report.html``.
+10. ``report``: :func:`trainer.report.build_report`: ``report.html``.
 
 Run directory (``--out``, default ``./rlsched-demo``)::
 
@@ -745,7 +750,7 @@ def demo(**kwargs: Any) -> None:
     dump and ingested into an SQLite store with rlsched ingest; imitation of that
     Slurm, then RL in the simulator; export to ONNX and verify; evaluation against
     every baseline on the last 20% of the jobs (never seen in training); and a
-    self-contained HTML report. About 4 minutes on 2 cores with the default budget.
+    self-contained HTML report. About 3 minutes on 2 cores with the default budget.
     """
     try:
         cfg = resolve(**kwargs)

@@ -46,8 +46,9 @@ PLOTS: tuple[tuple[str, str], ...] = (
 #: ``rlsched demo`` writes ``rl/`` and ``imitation/``; ``rlsched train all`` one folder.
 TRAINING_PLOTS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("rl/curves.png", "curves.png"),
-     "Reinforcement learning: training episodes (left) and the greedy policy on the"
-     " validation period (right), with reference agents."),
+     "Reinforcement learning: training episodes (left) and the greedy policy on RL's"
+     " validation window (right), with reference agents. The demo chooses the checkpoint"
+     " to deploy by replaying the whole validation period in the simulator (above)."),
     (("imitation/curves.png",), "Imitation: training loss and validation agreement per epoch."),
 )
 
