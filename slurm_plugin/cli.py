@@ -59,6 +59,20 @@ COMMANDS: dict[str, CommandEntry] = {
         "trainer.cli:compare",
         "Replay the same jobs under every baseline (Slurm, FIFO, SJF...) side by side.",
     ),
+    "evaluate": CommandEntry(
+        "trainer.evaluate:evaluate_command",
+        "Compare learned policies with every baseline on the test period (quality targets).",
+        extra="train",
+    ),
+    "demo": CommandEntry(
+        "trainer.demo:demo",
+        "Run the whole product end to end on a synthetic GPU cluster (or a trace).",
+        extra="train",
+    ),
+    "report": CommandEntry(
+        "trainer.report:report",
+        "Build a self-contained HTML report of a run directory (demo or evaluate --out).",
+    ),
     "export": CommandEntry(
         "exporter.cli:export",
         "Compile a trained policy checkpoint to a verified ONNX model with its model card.",

@@ -280,6 +280,8 @@ def write_json(data: Any, path: str | Path) -> Path:
 
 
 def _util_series(r: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    if r.cluster.total_gpus:
+        return r.util_t, r.util_gpus / r.cluster.total_gpus
     return r.util_t, r.util_nodes / r.cluster.num_nodes
 
 
@@ -287,8 +289,22 @@ def _frag_series(r: SimResult) -> tuple[np.ndarray, np.ndarray]:
     return r.frag_t, r.frag
 
 
-def plot(results: Mapping[str, SimResult], out_dir: str | Path) -> list[Path] | None:
-    """Wait CDF, utilisation and fragmentation over time as PNGs (``None``: no matplotlib)."""
+def _style(name: str, emphasis: Sequence[str], reference: str | None) -> dict[str, Any]:
+    """Line style: emphasised runs thick, the reference dashed black, the rest thin."""
+    if name in emphasis:
+        return {"linewidth": 2.0, "zorder": 3}
+    if name == reference:
+        return {"linewidth": 1.4, "color": "black", "linestyle": "--", "zorder": 2}
+    return {"linewidth": 0.9, "alpha": 0.85, "zorder": 1}
+
+
+def plot(results: Mapping[str, SimResult], out_dir: str | Path, *,
+         emphasis: Sequence[str] = (), reference: str | None = None) -> list[Path] | None:
+    """Wait CDF, utilisation and fragmentation over time as PNGs (``None``: no matplotlib).
+
+    Utilisation is the share of busy GPUs on a cluster with GPUs, else of busy nodes.
+    Runs named in ``emphasis`` are drawn thick, ``reference`` dashed black.
+    """
     try:  # optional (the ``train`` extra): imported by name, not needed by the runtime
         mpl: Any = importlib.import_module("matplotlib")
         mpl.use("Agg")
@@ -298,31 +314,38 @@ def plot(results: Mapping[str, SimResult], out_dir: str | Path) -> list[Path] | 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
+    gpus = any(r.cluster.total_gpus for r in results.values())
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, r in results.items():
         w = np.sort(job_metrics(r)["wait"])
         if w.size:
-            ax.plot(np.maximum(w, 1), np.arange(1, w.size + 1) / w.size, label=name)
+            ax.step(np.maximum(w, 1), np.arange(1, w.size + 1) / w.size, where="post",
+                    label=name, **_style(name, emphasis, reference))
     ax.set_xscale("log")
     ax.set_xlabel("wait (s, log; 0 shown as 1)")
-    ax.set_ylabel("share of jobs")
-    ax.legend()
+    ax.set_ylabel("share of jobs waiting at most this")
+    ax.set_ylim(0, 1.01)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     paths.append(out / "wait_cdf.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
     for fname, ylabel, get in (
-        ("utilisation.png", "busy nodes (share)", _util_series),
+        ("utilisation.png", "busy GPUs (share)" if gpus else "busy nodes (share)",
+         _util_series),
         ("fragmentation.png", "fragmentation index", _frag_series),
     ):
         fig, ax = plt.subplots(figsize=(7, 4))
         for name, r in results.items():
             t, v = get(r)
             if t.size:
-                ax.step((t - t[0]) / 3600.0, v, where="post", label=name, linewidth=0.8)
+                ax.step((t - t[0]) / 3600.0, v, where="post", label=name,
+                        **_style(name, emphasis, reference))
         ax.set_xlabel("hours since first arrival")
         ax.set_ylabel(ylabel)
-        ax.legend()
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8)
         fig.tight_layout()
         paths.append(out / fname)
         fig.savefig(paths[-1], dpi=110)

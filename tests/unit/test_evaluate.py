@@ -1,0 +1,339 @@
+"""trainer.evaluate: time split, restriction to the test period, targets, table, a tiny run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_plugin import cli
+from trainer.evaluate import (
+    TABLE_HEADERS,
+    EvalConfig,
+    Split,
+    check_targets,
+    evaluate,
+    restrict,
+    table_rows,
+    time_split,
+)
+from trainer.sim import metrics
+from trainer.sim.engine import EngineOptions, Simulator
+from trainer.sim.policies import BASELINES, make_policy
+from trainer.sim.slurm import SchedulerOptions
+from trainer.sim.state import Cluster, build_jobs
+from trainer.sim.stepper import window
+from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
+LUBLIN = TRACES / "lublin_256.swf"
+
+
+# ---------------------------------------------------------------------------- split
+def test_time_split_by_hand():
+    s = time_split(1000)
+    assert (s.train, s.val, s.test) == ((0, 700), (700, 800), (800, 1000))
+    s = time_split(10, 0.5, 0.25)
+    assert (s.train, s.val, s.test) == ((0, 5), (5, 7), (7, 10))
+    s = time_split(7)  # int(4.9) = 4, int(0.7) = 0: no validation job, 3 test jobs
+    assert (s.train, s.val, s.test) == ((0, 4), (4, 4), (4, 7))
+
+
+@pytest.mark.parametrize("train,val", [(0.0, 0.1), (0.7, 0.3), (0.9, 0.2), (1.0, 0.0),
+                                       (0.5, -0.1)])
+def test_time_split_rejects_bad_shares(train, val):
+    with pytest.raises(ValueError, match="shares"):
+        time_split(100, train, val)
+
+
+def test_time_split_rejects_too_few_jobs():
+    with pytest.raises(ValueError, match="more jobs"):
+        time_split(1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(3, 100_000), train=st.floats(0.05, 0.9), val=st.floats(0.0, 0.5))
+def test_time_split_partitions_rows_as_training_does(n, train, val):
+    if train + val >= 0.98 or int(train * n) < 1 or int(train * n) + int(val * n) >= n:
+        return
+    s = time_split(n, train, val)
+    # the same cut as trainer.rl.make_spec: int(train * n) training, int(val * n) validation
+    assert s.val_start == int(train * n)
+    assert s.test_start - s.val_start == int(val * n)
+    parts = [range(*s.train), range(*s.val), range(*s.test)]
+    assert sum(len(p) for p in parts) == n
+    assert [i for p in parts for i in p] == list(range(n))
+
+
+def test_split_to_dict_has_arrival_times():
+    jobs, _ = _table(60)
+    d = time_split(jobs.n).to_dict(jobs)
+    assert d["test"]["rows"] == [48, 60] and d["test"]["jobs"] == 12
+    assert d["test"]["first_arrival"] == int(jobs.eligible[48])
+    assert d["train"]["last_arrival"] <= d["val"]["first_arrival"]
+
+
+# ---------------------------------------------------------------------------- restrict
+def _table(n: int, seed: int = 0, interarrival: float = 60.0):
+    wc = WorkloadConfig(num_jobs=n, seed=seed, mean_interarrival_s=interarrival)
+    spec = default_cluster(wc)
+    cl = Cluster.from_spec(spec)
+    return build_jobs(replay_records(generate(wc), spec), cl), cl
+
+
+def _replay(jobs, cl, name="fifo", speed="none"):
+    b = BASELINES[name]
+    opts = SchedulerOptions()
+    return Simulator(jobs, cl, make_policy(b.policy, None, b.placement or "tree"),
+                     opts if b.backfill is None else
+                     SchedulerOptions(backfill=b.backfill),
+                     EngineOptions(speed_model=speed)).run()
+
+
+def _integral(t, v, a, b):
+    """Integral of the step function (t, v) over [a, b] (value v[i] on [t[i], t[i+1]))."""
+    total = 0.0
+    for i in range(len(t)):
+        lo = max(t[i], a)
+        hi = min(t[i + 1] if i + 1 < len(t) else b, b)
+        if hi > lo:
+            total += v[i] * (hi - lo)
+    return total
+
+
+def test_restrict_keeps_the_test_jobs_and_their_time_span():
+    jobs, cl = _table(300)
+    r = _replay(jobs, cl)
+    lo = 200
+    sub = restrict(r, lo)
+    assert sub.jobs.n == 100
+    assert np.array_equal(sub.jobs.job_id, jobs.job_id[lo:])
+    assert np.array_equal(sub.start, r.start[lo:]) and np.array_equal(sub.end, r.end[lo:])
+    assert sub.stats["warmup_jobs"] == lo
+    t0, t_end = int(jobs.eligible[lo]), int(r.end[lo:].max())
+    assert sub.util_t[0] == t0 and sub.util_t[-1] <= t_end
+    assert np.all((sub.frag_t >= t0) & (sub.frag_t <= t_end))
+    m = metrics.compute(sub)
+    # per-job metrics are those of the test jobs in the full replay
+    full = metrics.job_metrics(r)
+    assert m["jobs"] == 100
+    assert m["wait_s"]["mean"] == pytest.approx(full["wait"][lo:].mean())
+    assert m["bsld"]["mean"] == pytest.approx(full["bsld"][lo:].mean())
+    # utilisation: the full series' time mean over [t0, t_end], computed independently
+    want = _integral(r.util_t.tolist(), (r.util_nodes / cl.num_nodes).tolist(), t0, t_end)
+    assert m["utilisation"]["nodes"] == pytest.approx(want / (t_end - t0))
+    assert m["makespan_s"] == t_end - t0
+
+
+def test_restrict_at_zero_is_the_replay_and_rejects_out_of_range():
+    jobs, cl = _table(40)
+    r = _replay(jobs, cl)
+    assert restrict(r, 0) is r
+    with pytest.raises(ValueError, match="leaves no job"):
+        restrict(r, 40)
+
+
+# ---------------------------------------------------------------------------- targets
+def _m(bsld, p99=100.0, util=0.5, jct=1000.0, leaf=None, gpus=True):
+    return {"bsld": {"mean": bsld, "p99": bsld}, "wait_s": {"mean": 0.0, "p95": 0.0, "p99": p99},
+            "jct_s": {"mean": jct}, "single_leaf_share": leaf, "jobs": 10, "makespan_s": 5,
+            "utilisation": {"nodes": util / 2, "cpus": util / 2,
+                            "gpus": util if gpus else None},
+            "fragmentation": {"mean": 0.1}, "execution_effectiveness": 0.9,
+            "fairness": {"jain_bsld": 0.8}}
+
+
+def _by_name(res):
+    return {c["name"]: c for c in res["checks"]}
+
+
+def test_targets_pass_by_hand():
+    ms = {"net": _m(6.0, p99=109.0, util=0.5), "slurm": _m(10.0), "fifo": _m(9.0),
+          "sjf": _m(8.0)}
+    res = check_targets(ms, "net", EvalConfig(), locality=False)
+    c = _by_name(res)
+    assert res["passed"] and res["best_heuristic"]["bsld"] == "sjf"
+    assert c["bsld_vs_slurm"]["threshold"] == pytest.approx(7.0)  # 30% below 10
+    assert c["bsld_vs_best_heuristic"]["threshold"] == 8.0
+    assert c["p99_wait"]["threshold"] == pytest.approx(110.0)
+    assert c["utilisation"]["ok"] and "jct_vs_best_heuristic" not in c
+
+
+@pytest.mark.parametrize("net,failing", [
+    (_m(7.5), {"bsld_vs_slurm"}),                         # only 25% below slurm
+    (_m(6.0, p99=111.0), {"p99_wait"}),                   # 11% above slurm's p99
+    (_m(6.0, util=0.49), {"utilisation"}),                # lower utilisation
+    (_m(8.5), {"bsld_vs_slurm", "bsld_vs_best_heuristic"}),
+])
+def test_targets_fail_by_hand(net, failing):
+    ms = {"net": net, "slurm": _m(10.0), "sjf": _m(8.0)}
+    res = check_targets(ms, "net", EvalConfig(), locality=False)
+    assert not res["passed"]
+    assert {c["name"] for c in res["checks"] if c["ok"] is False} == failing
+
+
+def test_locality_targets_by_hand():
+    base = {"slurm": _m(10.0, jct=4000.0, leaf=0.5), "fifo": _m(9.0, jct=3500.0, leaf=0.4),
+            "sjf": _m(8.0, jct=3000.0, leaf=0.6)}
+    good = dict(base, net=_m(6.0, jct=1900.0, leaf=0.7))   # 3000 / 1900 = 1.58x
+    c = _by_name(check_targets(good, "net", EvalConfig(), locality=True))
+    assert c["jct_vs_best_heuristic"]["ok"] and c["jct_vs_best_heuristic"]["against"] == "sjf"
+    assert c["jct_vs_best_heuristic"]["threshold"] == pytest.approx(2000.0)
+    assert c["single_leaf_share"]["ok"] and c["single_leaf_share"]["threshold"] == 0.6
+    bad = dict(base, net=_m(6.0, jct=2100.0, leaf=0.55))   # 1.43x; 0.55 < sjf's 0.6
+    c = _by_name(check_targets(bad, "net", EvalConfig(), locality=True))
+    assert c["jct_vs_best_heuristic"]["ok"] is False and c["single_leaf_share"]["ok"] is False
+    none = dict(base, net=_m(6.0, jct=1000.0, leaf=None))  # no multi-node job: n/a
+    res = check_targets(none, "net", EvalConfig(), locality=True)
+    assert _by_name(res)["single_leaf_share"]["ok"] is None and res["passed"]
+
+
+def test_targets_use_nodes_without_gpus_and_need_slurm():
+    ms = {"net": _m(6.0, util=0.4, gpus=False), "slurm": _m(10.0, util=0.5, gpus=False),
+          "sjf": _m(8.0, gpus=False)}
+    c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))
+    assert c["utilisation"]["value"] == pytest.approx(0.2)  # nodes: util / 2 in _m
+    with pytest.raises(KeyError, match="slurm"):
+        check_targets({"net": _m(1.0), "sjf": _m(2.0)}, "net", EvalConfig(), locality=False)
+
+
+def test_table_rows_columns():
+    ms = {"net": _m(6.0), "slurm": _m(10.0)}
+    rows = table_rows(ms)
+    assert [r[0] for r in rows] == ["net", "slurm"]
+    assert all(len(r) == len(TABLE_HEADERS) for r in rows)
+    assert rows[0][TABLE_HEADERS.index("bsld mean")] == "6.000"
+    assert rows[1][TABLE_HEADERS.index("util")] == "0.500"
+
+
+def test_plotted_runs_skip_duplicates():
+    from trainer.evaluate import EvalResult
+
+    ms = {"net": _m(3.0), "slurm": _m(5.0), "fifo": _m(5.0), "sif": _m(2.0), "saf": _m(2.0),
+          "spf": _m(2.5), "drf": _m(4.0)}
+    res = EvalResult(EvalConfig(plot_heuristics=2), time_split(100), ["net"], ms, {}, None,
+                     "none")
+    # fifo replays like slurm and sif like saf (ties: by name): the best two distinct
+    assert res.plotted() == ["net", "slurm", "saf", "spf"]
+    res.config = EvalConfig(plot_heuristics=0)
+    assert res.plotted() == ["net", "slurm"]
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="slurm"):
+        EvalConfig(baselines=("fifo",))
+    with pytest.raises(ValueError, match="unknown baselines"):
+        EvalConfig(baselines=("slurm", "nope"))
+    with pytest.raises(ValueError, match="policy_placement"):
+        EvalConfig(policy_placement="nowhere")
+    with pytest.raises(ValueError, match="warmup"):
+        EvalConfig(warmup=0.9)
+
+
+# ---------------------------------------------------------------------------- evaluate
+def test_a_policy_given_as_model_replays_like_its_baseline():
+    jobs, cl = _table(160)
+    cfg = EvalConfig(baselines=("slurm", "fifo", "sjf"))
+    res = evaluate(jobs, cl, {"mine": make_policy("sjf")}, cfg)
+    assert res.names == ["mine", "slurm", "fifo", "sjf"]
+    strip = {"policy", "sim"}
+    a = {k: v for k, v in res.metrics["mine"].items() if k not in strip}
+    b = {k: v for k, v in res.metrics["sjf"].items() if k not in strip}
+    assert a == b
+    lo, hi = res.split.test
+    assert all(m["jobs"] == hi - lo for m in res.metrics.values())
+
+
+def test_test_period_is_replayed_after_the_warmup_jobs():
+    jobs, cl = _table(200)
+    cfg = EvalConfig(baselines=("slurm", "fifo"))
+    res = evaluate(jobs, cl, {}, cfg, speed_model="locality")
+    # by hand: replay rows 140.. (warmup 20 jobs before the test period at 160)
+    part = window(jobs, 140, 200, shift=False)
+    want = metrics.compute(restrict(_replay(part, cl, "slurm", "locality"), 20))
+    assert res.metrics["slurm"]["bsld"] == want["bsld"]
+    assert res.metrics["slurm"]["jobs"] == 40 and res.targets is None
+    cold = evaluate(jobs, cl, {}, EvalConfig(baselines=("slurm",), warmup=0.0))
+    want = metrics.compute(_replay(window(jobs, 160, 200, shift=False), cl, "slurm"))
+    assert cold.metrics["slurm"]["wait_s"] == want["wait_s"]
+
+
+def test_explicit_split_and_bad_names():
+    jobs, cl = _table(100)
+    res = evaluate(jobs, cl, {}, EvalConfig(baselines=("slurm",)), split=Split(100, 50, 50))
+    assert res.metrics["slurm"]["jobs"] == 50
+    with pytest.raises(ValueError, match="baseline names"):
+        evaluate(jobs, cl, {"fifo": make_policy("fifo")}, EvalConfig())
+    with pytest.raises(ValueError, match="non-empty"):
+        evaluate(jobs, cl, {}, EvalConfig(), split=Split(100, 50, 100))
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("ck") / "tiny.pt"
+    save_checkpoint(path, PolicyNet(PolicyConfig(hidden=8)))
+    return path
+
+
+def test_tiny_net_against_baselines_writes_outputs(tmp_path, tiny_checkpoint):
+    jobs, cl = _table(150)
+    cfg = EvalConfig(baselines=("slurm", "fifo", "sjf"), plot_heuristics=1)
+    out = tmp_path / "eval"
+    res = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg, speed_model="locality", out=out)
+    assert res.names == ["net", "slurm", "fifo", "sjf"]
+    assert res.plotted()[:2] == ["net", "slurm"] and len(res.plotted()) <= 3
+    data = json.loads((out / "eval.json").read_text())
+    assert data["models"] == ["net"] and data["targets"]["policy"] == "net"
+    assert {c["name"] for c in data["targets"]["checks"]} >= {
+        "bsld_vs_slurm", "p99_wait", "utilisation", "jct_vs_best_heuristic"}
+    assert data["split"]["test"]["jobs"] == 30
+    assert len(data["table"]["rows"]) == 4
+    pytest.importorskip("matplotlib")
+    for name in ("wait_cdf", "utilisation", "fragmentation"):
+        assert (out / f"{name}.png").stat().st_size > 1000
+    again = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg, speed_model="locality")
+    for n in res.names:  # deterministic: identical apart from wall times
+        a, b = dict(res.metrics[n]), dict(again.metrics[n])
+        a.pop("sim"), b.pop("sim")
+        assert a == b
+
+
+def test_fixed_placement_wraps_the_net(tiny_checkpoint):
+    jobs, cl = _table(120)
+    cfg = EvalConfig(baselines=("slurm",), policy_placement="pack")
+    res = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    assert res.metrics["net"]["jobs"] == 24
+    checks = {c["name"]: c for c in res.targets["checks"]}  # no heuristic: n/a
+    assert checks["bsld_vs_best_heuristic"]["ok"] is None
+    assert res.targets["best_heuristic"] == {"bsld": None, "jct": None}
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (set $RLSCHED_TRACES)")
+def test_evaluate_command(tmp_path, tiny_checkpoint):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--out", str(out)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "test period: jobs 240..299 of 300 (60 jobs)" in result.output
+    assert "quality targets of tiny" in result.output
+    lines = [ln.split()[0] for ln in result.output.splitlines() if ln.strip()]
+    for name in ["tiny", *BASELINES]:
+        assert name in lines
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["input"]["limit"] == 300 and cfg["evaluate"]["train"] == 0.7
+    assert json.loads((out / "eval.json").read_text())["input"]["jobs"] == 300
+    bad = CliRunner().invoke(cli.main, ["evaluate", str(tmp_path / "missing.pt"),
+                                        "--trace", str(LUBLIN)])
+    assert bad.exit_code != 0 and "no such file" in bad.output

@@ -1,0 +1,156 @@
+"""trainer.report: one self-contained HTML page, checked in a real headless browser."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_plugin import cli
+from trainer.evaluate import EvalConfig, evaluate
+from trainer.report import build_report
+from trainer.sim.policies import make_policy
+from trainer.sim.state import Cluster, build_jobs
+from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+REQUIRED = os.environ.get("RLSCHED_REQUIRE_CLUSTER") == "1"
+
+#: Model name with markup: it must come out escaped.
+ODD = "sjf<b>&co"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    wc = WorkloadConfig(num_jobs=200, seed=1, mean_interarrival_s=60)
+    spec = default_cluster(wc)
+    cl = Cluster.from_spec(spec)
+    jobs = build_jobs(replay_records(generate(wc), spec), cl)
+    evaluate(jobs, cl, {ODD: make_policy("sjf")}, EvalConfig(baselines=("slurm", "fifo", "dsif")),
+             speed_model="locality", out=run / "eval")
+    card = {"format": "rlsched-model-card/1", "sha256": "ab" * 32, "opset": 17,
+            "schema_version": 1, "schema_hash": "cd" * 32, "inputs": ["jobs"],
+            "outputs": ["job_logits"], "cluster": {"name": "demo", "nodes": 16, "gpus": 128,
+                                                   "leaves": 4},
+            "training": {"algorithm": "imitation + ppo"},
+            "parity": {"cases": 1010, "atol": 1e-4, "max_diff": {"job_logits": 3e-6}},
+            "created": "2024-01-01T00:00:00Z", "rlsched_version": "0.1"}
+    (run / "model.onnx.card.json").write_text(json.dumps(card))
+    (run / "imitation").mkdir()
+    (run / "imitation" / "report.json").write_text(json.dumps({
+        "splits": {"train": 70, "val": 10, "test": 20}, "best_epoch": 2,
+        "metrics": {"test": {"net": {"top1": 0.5, "top5": 0.9, "top1_nontrivial": 0.4,
+                                     "decisions": 20.0},
+                             "fifo": {"top1": 0.6, "top5": 0.95, "top1_nontrivial": 0.5,
+                                      "decisions": 20.0},
+                             "placement": {"decisions": 0.0}}}}))
+    (run / "run.json").write_text(json.dumps({
+        "stages": [{"name": "rl", "title": "reinforcement learning", "seconds": 12.5}],
+        "total_s": 12.5, "summary": {}}))
+    pngs = sorted((run / "eval").glob("*.png"))
+    if pngs:  # a training plot, as the demo's rl stage writes one
+        (run / "rl").mkdir()
+        shutil.copy(pngs[0], run / "rl" / "curves.png")
+    build_report(run)
+    return run
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    w, h = struct.unpack(">II", data[16:24])
+    return w, h
+
+
+def test_report_is_self_contained(run_dir):
+    page = (run_dir / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+    for attr in re.findall(r'(?:src|href)="([^"]*)"', page):
+        assert attr.startswith("data:image/png;base64,"), attr[:60]
+    assert not re.search(r"url\(", page)
+    imgs = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    n_png = len(list((run_dir / "eval").glob("*.png"))) + (run_dir / "rl" / "curves.png").exists()
+    assert len(imgs) == n_png
+    for b64 in imgs:
+        w, h = _png_size(base64.b64decode(b64))
+        assert w > 100 and h > 100
+
+
+def test_report_content(run_dir):
+    page = (run_dir / "report.html").read_text()
+    ev = json.loads((run_dir / "eval" / "eval.json").read_text())
+    assert ODD not in page and "sjf&lt;b&gt;&amp;co" in page  # escaped
+    for name in ("fifo", "dsif"):
+        assert f"<td>{name}</td>" in page
+    assert "slurm (incumbent" in page
+    assert "Quality targets" in page
+    for c in ev["targets"]["checks"]:
+        assert c["name"] in page
+    assert "imitation + ppo" in page and "ab" * 32 in page  # the model card
+    assert "50.0%" in page  # imitation top-1 of the net
+    assert "reinforcement learning" in page and "12.5 s" in page
+
+
+def test_report_command_and_missing_eval(run_dir, tmp_path):
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(cli.main, ["report", str(run_dir), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out}" in res.output
+    strip = re.compile(r"report built [^.]*\.")  # the only part that changes
+    assert strip.sub("", out.read_text()) == strip.sub("", (run_dir / "report.html").read_text())
+    res = CliRunner().invoke(cli.main, ["report", str(tmp_path)])
+    assert res.exit_code != 0 and "no eval/eval.json" in res.output
+    assert cli.COMMANDS["report"].extra is None  # runtime install suffices
+
+
+# ---------------------------------------------------------------------------- browser
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None and not REQUIRED,
+    reason="chromium not installed (apt-get install chromium; contrib/run-tests installs it)")
+
+#: Injected into a copy of the page: the browser writes each image's decoded width.
+PROBE = ("<script>window.addEventListener('load',()=>{for(const i of document.images)"
+         "i.setAttribute('data-nw',String(i.naturalWidth));"
+         "document.body.setAttribute('data-loaded','1')});</script>")
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None, "chromium is required (RLSCHED_REQUIRE_CLUSTER=1)"
+    return subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                           "--no-first-run", "--hide-scrollbars", "--enable-logging=stderr",
+                           "--v=0", *args], capture_output=True, text=True, timeout=120)
+
+
+@needs_chromium
+def test_report_renders_in_chromium(run_dir, tmp_path):
+    page = (run_dir / "report.html").read_text()
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", PROBE + "</body>"))
+    res = _chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    dom = res.stdout
+    assert 'data-loaded="1"' in dom, "the load event never fired"
+    widths = re.findall(r'data-nw="(\d+)"', dom)
+    assert len(widths) == page.count("<img ") > 0
+    assert all(int(w) > 100 for w in widths), widths  # every image decoded
+    console = [ln for ln in res.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    assert "Quality targets" in dom
+
+    shot = tmp_path / "shot.png"
+    res = _chromium("--window-size=1280,2400", f"--screenshot={shot}",
+                    (run_dir / "report.html").as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _png_size(shot.read_bytes()) == (1280, 2400)
+    assert shot.stat().st_size > 50_000  # text, tables and plots, not a blank page
+    console = [ln for ln in res.stderr.splitlines() if ":CONSOLE" in ln]
+    assert not console, console

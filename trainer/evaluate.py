@@ -1,0 +1,778 @@
+"""Evaluate a learned policy against every baseline on the test period of a history.
+
+Time split (:func:`time_split`)
+    The jobs, in arrival order (the rows of the :class:`~trainer.sim.state.JobTable`:
+    by eligible time, which is the submit time for traces and the synthetic workload),
+    are cut as training does (:func:`trainer.rl.make_spec`, the same ``int(share * n)``
+    rounding): the first ``train`` share trains, the next ``val`` share validates, the
+    rest is the *test period*, which training never sees.
+
+Test replay (:func:`evaluate`)
+    Every policy replays the same table on the same cluster, with the same scheduler
+    options (Slurm as configured: priority calculation, backfill parameters), the same
+    speed model and the same seed. A learned policy (a checkpoint through
+    :class:`~trainer.policy.TorchPolicy`, or an exported ONNX model through
+    :class:`~exporter.policy.OnnxPolicy`) replaces the priority order and, with
+    ``policy_placement="policy"``, the node selection; Slurm's main scheduler and EASY
+    backfill stay in charge of when jobs start, as with the helper in production (it
+    moves ``SiteFactor`` and steers node lists, nothing more). Each baseline of
+    :data:`trainer.sim.policies.BASELINES` runs with its own policy, backfill setting and
+    placement. So that the test period does not start on an empty cluster, the
+    ``warmup`` share of jobs just before it (by default the validation period) is
+    replayed first under the same policy; metrics count the test jobs only, and the
+    utilisation and fragmentation series start at the first test arrival
+    (:func:`restrict`). A learned policy's user history (run-time, usage and locality
+    estimates) is built from the jobs that ended before the replay starts.
+
+Quality targets (:func:`check_targets`, issue 5), for the first model:
+
+- mean bounded slowdown at least ``bsld_reduction`` (30%) below the Slurm baseline's,
+  and below the best heuristic's (the best mean bsld among the other baselines: FIFO,
+  SJF, the seed heuristics and placements; that includes SIF, which orders by the
+  recorded run time, an oracle);
+- p99 wait at most ``p99_slack`` (10%) above the Slurm baseline's;
+- utilisation (GPUs, or nodes on a cluster without GPUs) not lower than the Slurm
+  baseline's;
+- with a placement-dependent speed model (``locality_targets``, by default when the
+  speed model is not ``none``; the Philly target): mean JCT at least ``jct_factor``
+  (1.5x) lower than the best heuristic's (the best mean JCT among the other
+  baselines), and a larger share of multi-node jobs within one leaf switch than both
+  the Slurm baseline and that heuristic (the simulator measures multi-node jobs: a
+  multi-GPU job within one 8-GPU server is within one leaf by construction).
+
+Each check reports pass/fail with its numbers (value, threshold, the baseline it is
+measured against). ``rlsched evaluate`` prints the table (every policy, every headline
+metric of :func:`trainer.sim.metrics.compute`), and with ``--out`` writes
+``eval.json`` (the full metrics of every run, the split, the targets, the resolved
+configuration), ``config.json`` and the plots of :func:`trainer.sim.metrics.plot`
+(wait CDF, utilisation and fragmentation over time) for the models, the Slurm baseline
+and the best ``plot_heuristics`` heuristics.
+
+The split, restriction and target logic need numpy only; loading a model needs torch
+(the ``train`` extra) and, for ONNX, onnxruntime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from .cli import _input_options, _prepare, resolve
+from .sim import metrics
+from .sim.engine import EngineOptions, SimResult, Simulator
+from .sim.placement import PLACEMENTS, Request
+from .sim.policies import BASELINES, Policy, ScoreContext, make_policy
+from .sim.slurm import PrioritySettings, SchedulerOptions
+from .sim.state import Cluster, JobTable, NodeState
+from .sim.stepper import window
+
+__all__ = [
+    "TABLE_HEADERS",
+    "EvalConfig",
+    "EvalResult",
+    "Split",
+    "check_targets",
+    "evaluate",
+    "evaluate_command",
+    "load_policy",
+    "restrict",
+    "table_rows",
+    "time_split",
+    "torch_threads",
+    "user_history",
+]
+
+#: Name of the Slurm baseline the targets are measured against.
+SLURM = "slurm"
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class EvalConfig:
+    """Settings of :func:`evaluate` (the single source of their defaults)."""
+
+    train: float = 0.7
+    """Share of the jobs, first by arrival, that train (never replayed here)."""
+    val: float = 0.1
+    """Share of the jobs after them that validate; the rest is the test period."""
+    warmup: float = 0.1
+    """Share of the jobs right before the test period replayed first, so that the test
+    period starts on a loaded cluster (0: it starts empty); not counted in the metrics."""
+    baselines: tuple[str, ...] = tuple(BASELINES)
+    """Baselines of :data:`trainer.sim.policies.BASELINES` to compare with (``slurm``
+    must be among them: the targets are measured against it)."""
+    policy_placement: str = "policy"
+    """Node selection of the learned policies: ``policy`` (the net's placement head,
+    as the helper steers) or a name of :data:`trainer.sim.placement.PLACEMENTS`."""
+    history_jobs: int = 256
+    """Finished jobs before the replay that a learned policy's user history starts
+    from (the most recent ones)."""
+    bsld_reduction: float = 0.30
+    """Target: mean bounded slowdown at least this share below the Slurm baseline's."""
+    p99_slack: float = 0.10
+    """Target: p99 wait at most this share above the Slurm baseline's."""
+    jct_factor: float = 1.5
+    """Target with ``locality_targets``: mean JCT this many times lower than the best
+    heuristic's."""
+    locality_targets: bool | None = None
+    """Check the JCT and leaf-locality targets; ``None``: when the speed model depends
+    on placement (not ``none``)."""
+    plot_heuristics: int = 2
+    """Heuristics (best mean bsld first, duplicates left out) drawn in the plots beside
+    the models and the Slurm baseline (all runs are in ``eval.json``)."""
+    threads: int | None = 1
+    """torch CPU threads while a learned policy replays (it scores one observation at a
+    time, where more threads only add overhead); ``None``: leave torch's setting."""
+
+    def __post_init__(self) -> None:
+        time_split(10, self.train, self.val)  # validates the shares
+        if not 0 <= self.warmup <= self.train + self.val:
+            raise ValueError(f"EvalConfig.warmup must lie in [0, train + val], not {self.warmup}")
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baselines {unknown}: {sorted(BASELINES)}")
+        if SLURM not in self.baselines:
+            raise ValueError("EvalConfig.baselines must include 'slurm' (the targets' reference)")
+        if self.policy_placement != "policy" and self.policy_placement not in PLACEMENTS:
+            raise ValueError(f"policy_placement must be 'policy' or one of {sorted(PLACEMENTS)},"
+                             f" not {self.policy_placement!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("EvalConfig.threads must be >= 1 (or None)")
+        if self.history_jobs < 0 or self.plot_heuristics < 0:
+            raise ValueError("history_jobs and plot_heuristics must be >= 0")
+        if not (0 <= self.bsld_reduction < 1 and self.p99_slack >= 0 and self.jct_factor > 0):
+            raise ValueError("bsld_reduction in [0, 1), p99_slack >= 0, jct_factor > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["baselines"] = list(self.baselines)
+        return d
+
+
+# ---------------------------------------------------------------------------- split
+@dataclass(frozen=True)
+class Split:
+    """Row ranges of the training, validation and test periods (arrival order).
+
+    Attributes:
+        n: Jobs in all.
+        val_start: First row of the validation period (= jobs in the training period).
+        test_start: First row of the test period.
+    """
+
+    n: int
+    val_start: int
+    test_start: int
+
+    @property
+    def train(self) -> tuple[int, int]:
+        """``(lo, hi)`` rows of the training period."""
+        return 0, self.val_start
+
+    @property
+    def val(self) -> tuple[int, int]:
+        """``(lo, hi)`` rows of the validation period."""
+        return self.val_start, self.test_start
+
+    @property
+    def test(self) -> tuple[int, int]:
+        """``(lo, hi)`` rows of the test period."""
+        return self.test_start, self.n
+
+    def to_dict(self, jobs: JobTable | None = None) -> dict[str, Any]:
+        """The ranges (and, given the table, their first and last arrival times)."""
+        out: dict[str, Any] = {}
+        for name in ("train", "val", "test"):
+            lo, hi = getattr(self, name)
+            part: dict[str, Any] = {"rows": [lo, hi], "jobs": hi - lo}
+            if jobs is not None and hi > lo:
+                part["first_arrival"] = int(jobs.eligible[lo])
+                part["last_arrival"] = int(jobs.eligible[hi - 1])
+            out[name] = part
+        return out
+
+
+def time_split(n: int, train: float = 0.7, val: float = 0.1) -> Split:
+    """Cut ``n`` jobs (arrival order) into training, validation and test periods.
+
+    Row ``int(train * n)`` starts the validation period, ``int(train * n) + int(val *
+    n)`` the test period (as :func:`trainer.rl.make_spec` cuts).
+
+    Raises:
+        ValueError: If the shares are not ``0 < train``, ``0 <= val``, ``train + val <
+            1``, or a period that must hold jobs would be empty.
+    """
+    if not (0 < train < 1 and 0 <= val < 1 and train + val < 1):
+        raise ValueError(f"split shares must satisfy 0 < train, 0 <= val, train + val < 1;"
+                         f" got train={train}, val={val}")
+    a = int(train * n)
+    b = a + int(val * n)
+    if n and (a < 1 or b >= n):
+        raise ValueError(f"{n} jobs leave {a} for training and {n - b} for testing: more"
+                         " jobs (or other shares) are needed")
+    return Split(n, a, b)
+
+
+# ---------------------------------------------------------------------------- restriction
+def restrict(result: SimResult, lo: int) -> SimResult:
+    """The replay seen from row ``lo`` on: jobs ``lo..``, series from their first arrival.
+
+    The utilisation series keeps the value holding at the first arrival ``t0`` (its
+    first point moved to ``t0``) and stops at the last end of those jobs; the
+    fragmentation samples are those in ``[t0, last end]``. Placements and counters are
+    kept (``stats["warmup_jobs"] = lo``).
+
+    Raises:
+        ValueError: If ``lo`` leaves no job.
+    """
+    n = result.jobs.n
+    if not 0 <= lo < n:
+        raise ValueError(f"row {lo} leaves no job of {n}")
+    if lo == 0:
+        return result
+    jobs = window(result.jobs, lo, n, shift=False)
+    t0 = int(jobs.eligible[0])
+    t_end = int(result.end[lo:].max())
+    ut = result.util_t
+    i0 = max(0, int(np.searchsorted(ut, t0, side="right")) - 1)
+    i1 = int(np.searchsorted(ut, t_end, side="right"))
+    util_t = ut[i0:i1].copy()
+    if util_t.size:
+        util_t[0] = max(int(util_t[0]), t0)
+    keep = (result.frag_t >= t0) & (result.frag_t <= t_end)
+    placements = None
+    if result.placements is not None:
+        placements = {i - lo: v for i, v in result.placements.items() if i >= lo}
+    return replace(
+        result, jobs=jobs, start=result.start[lo:].copy(), end=result.end[lo:].copy(),
+        leaves=result.leaves[lo:].copy(), backfilled=result.backfilled[lo:].copy(),
+        util_t=util_t, util_nodes=result.util_nodes[i0:i1].copy(),
+        util_cpus=result.util_cpus[i0:i1].copy(), util_gpus=result.util_gpus[i0:i1].copy(),
+        frag_t=result.frag_t[keep].copy(), frag=result.frag[keep].copy(),
+        stats={**result.stats, "warmup_jobs": lo}, placements=placements)
+
+
+# ---------------------------------------------------------------------------- policies
+def user_history(jobs: JobTable, cluster: Cluster, lo: int, norm: Any = None,
+                 history_jobs: int = 256) -> Any:
+    """The users' history before row ``lo``: the last jobs that ended by its arrival.
+
+    End times are as recorded (arrival + run time), as the training environment
+    builds it. Returns a :class:`slurm_plugin.features.UserHistory`.
+    """
+    from slurm_plugin.features import UserHistory
+
+    hist = UserHistory(norm)
+    if not lo or not history_jobs:
+        return hist
+    t0 = int(jobs.eligible[lo])
+    rows = np.arange(max(0, lo - 8 * history_jobs), lo)
+    end = jobs.eligible[rows] + jobs.run[rows]
+    keep = end <= t0
+    rows, end = rows[keep], end[keep]
+    o = np.argsort(end, kind="stable")[-history_jobs:]
+    cap_c = int(cluster.cap_c.max())
+    for r, e in zip(rows[o].tolist(), end[o].tolist(), strict=True):
+        per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
+        limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
+        user = jobs.users[int(jobs.user[r])] if jobs.users else ""
+        hist.record(user, int(e), int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
+    return hist
+
+
+class FixedPlacement(Policy):
+    """A policy's job order with a named placement instead of its own.
+
+    Args:
+        inner: The policy whose scores are used.
+        placement: Name in :data:`trainer.sim.placement.PLACEMENTS`.
+    """
+
+    def __init__(self, inner: Policy, placement: str) -> None:
+        super().__init__(inner.settings, placement)
+        self.inner = inner
+        self.dynamic = inner.dynamic
+        self.uses_usage = inner.uses_usage
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The inner policy's scores."""
+        return self.inner.score(jobs, idx, ctx)
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The named placement."""
+        return super().place(cluster, state, usable, req, leaf_counts)
+
+
+def load_policy(path: str | os.PathLike[str], *, history: Any = None,
+                placement: str = "policy") -> Policy:
+    """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
+
+    Args:
+        path: The file. An ONNX model is checked as the helper checks it first.
+        history: A :class:`~slurm_plugin.features.UserHistory`, or a callable taking
+            the policy's normalisation and returning one.
+        placement: ``policy`` (the net's placement head) or a placement name.
+
+    Raises:
+        ValueError: If the file is not a checkpoint nor a valid model (with the reason).
+    """
+    p = Path(path)
+    if p.suffix == ".onnx":
+        from exporter.policy import OnnxPolicy
+        from slurm_plugin.model import ModelError
+
+        try:
+            pol: Any = OnnxPolicy.from_file(p)
+        except ModelError as exc:
+            raise ValueError(f"{p}: {exc.reason} ({exc.action})") from None
+    else:
+        from trainer.policy import TorchPolicy
+
+        pol = TorchPolicy.from_checkpoint(p)
+    if history is not None:
+        pol.history = history(pol.norm) if callable(history) else history
+    out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
+    return out
+
+
+# ---------------------------------------------------------------------------- targets
+def _util(m: Mapping[str, Any]) -> float:
+    u = m["utilisation"]
+    return float(u["gpus"] if u.get("gpus") is not None else u["nodes"])
+
+
+def _check(name: str, ok: bool | None, value: float | None, threshold: float | None,
+           against: str, detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": ok, "value": value, "threshold": threshold,
+            "against": against, "detail": detail}
+
+
+def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: EvalConfig,
+                  *, locality: bool, heuristics: Sequence[str] | None = None
+                  ) -> dict[str, Any]:
+    """The issue-5 quality targets of ``policy`` against the baselines (module docstring).
+
+    Args:
+        ms: Metrics (:func:`trainer.sim.metrics.compute`) by name, including ``policy``
+            and ``slurm``.
+        policy: The learned policy's name.
+        config: The thresholds.
+        locality: Also check the JCT and leaf-locality targets.
+        heuristics: Names the "best heuristic" is taken among (default: every name
+            but ``policy``, ``slurm`` and other learned policies, i.e. the baselines).
+
+    Returns:
+        ``{"policy", "best_heuristic": {"bsld", "jct"}, "checks": [...], "passed"}``
+        (the heuristic checks are not applicable when no heuristic was replayed);
+        each check has ``name``, ``ok`` (``None``: not applicable), ``value``,
+        ``threshold``, ``against`` and a one-line ``detail``.
+
+    Raises:
+        KeyError: If ``policy`` or ``slurm`` has no metrics.
+    """
+    if policy not in ms or SLURM not in ms:
+        raise KeyError(f"check_targets needs metrics of {policy!r} and {SLURM!r}; have {list(ms)}")
+    names = [h for h in (heuristics if heuristics is not None else BASELINES)
+             if h in ms and h not in (policy, SLURM)]
+    p, s = ms[policy], ms[SLURM]
+    best_b = min(names, key=lambda h: (float(ms[h]["bsld"]["mean"]), h)) if names else None
+    best_j = min(names, key=lambda h: (float(ms[h]["jct_s"]["mean"]), h)) if names else None
+    na = "no heuristic was replayed: not applicable"
+    checks: list[dict[str, Any]] = []
+
+    pb, sb = float(p["bsld"]["mean"]), float(s["bsld"]["mean"])
+    thr = (1 - config.bsld_reduction) * sb
+    rel = pb / sb - 1 if sb > 0 else 0.0
+    checks.append(_check("bsld_vs_slurm", pb <= thr, pb, thr, SLURM,
+                         f"mean bsld {pb:.3f} vs slurm {sb:.3f}: {rel:+.1%}"
+                         f" (target <= {-config.bsld_reduction:+.0%})"))
+    if best_b is None:
+        checks.append(_check("bsld_vs_best_heuristic", None, pb, None, "", na))
+    else:
+        hb = float(ms[best_b]["bsld"]["mean"])
+        checks.append(_check("bsld_vs_best_heuristic", pb < hb, pb, hb, best_b,
+                             f"mean bsld {pb:.3f} vs {best_b} {hb:.3f} (target: lower)"))
+    pw, sw = float(p["wait_s"]["p99"]), float(s["wait_s"]["p99"])
+    thr = (1 + config.p99_slack) * sw
+    rel = pw / sw - 1 if sw > 0 else (0.0 if pw == 0 else float("inf"))
+    checks.append(_check("p99_wait", pw <= thr, pw, thr, SLURM,
+                         f"p99 wait {pw:,.0f} s vs slurm {sw:,.0f} s: {rel:+.1%}"
+                         f" (target <= +{config.p99_slack:.0%})"))
+    pu, su = _util(p), _util(s)
+    checks.append(_check("utilisation", pu >= su, pu, su, SLURM,
+                         f"utilisation {pu:.3f} vs slurm {su:.3f} (target: not lower)"))
+    if locality:
+        pj = float(p["jct_s"]["mean"])
+        if best_j is None:
+            checks.append(_check("jct_vs_best_heuristic", None, pj, None, "", na))
+        else:
+            hj = float(ms[best_j]["jct_s"]["mean"])
+            factor = hj / pj if pj > 0 else float("inf")
+            checks.append(_check("jct_vs_best_heuristic", factor >= config.jct_factor, pj,
+                                 hj / config.jct_factor, best_j,
+                                 f"mean JCT {pj:,.0f} s vs {best_j} {hj:,.0f} s: {factor:.2f}x"
+                                 f" lower (target >= {config.jct_factor}x)"))
+        ps = p.get("single_leaf_share")
+        raw = {n: ms[n].get("single_leaf_share")
+               for n in dict.fromkeys(x for x in (SLURM, best_j) if x is not None)}
+        refs = {n: float(v) for n, v in raw.items() if v is not None}
+        if ps is None or len(refs) < len(raw):
+            checks.append(_check("single_leaf_share", None, ps, None, ", ".join(raw),
+                                 "no multi-node job or no switch tree: not applicable"))
+        else:
+            top = max(refs.values())
+            shown = ", ".join(f"{n} {v:.3f}" for n, v in refs.items())
+            checks.append(_check("single_leaf_share", float(ps) > top, float(ps), top,
+                                 ", ".join(refs),
+                                 f"multi-node jobs within one leaf {float(ps):.3f} vs {shown}"
+                                 " (target: larger)"))
+    passed = all(c["ok"] is not False for c in checks)
+    return {"policy": policy, "best_heuristic": {"bsld": best_b, "jct": best_j},
+            "checks": checks, "passed": passed}
+
+
+# ---------------------------------------------------------------------------- table
+#: Columns of :func:`table_rows`.
+TABLE_HEADERS = ("policy", "jobs", "wait mean", "wait p95", "wait p99", "bsld mean",
+                 "bsld p99", "JCT mean", "makespan", "util", "frag", "exec eff", "1-leaf",
+                 "jain")
+
+
+def table_rows(ms: Mapping[str, Mapping[str, Any]], names: Sequence[str] | None = None
+               ) -> list[tuple[str, ...]]:
+    """Headline metrics, one row per run (:data:`TABLE_HEADERS`; ``util``: GPUs, else nodes)."""
+    f = metrics._fmt
+    out: list[tuple[str, ...]] = []
+    for name in names if names is not None else list(ms):
+        m = ms[name]
+        out.append((
+            name, f(m["jobs"]), f(m["wait_s"]["mean"]), f(m["wait_s"]["p95"]),
+            f(m["wait_s"]["p99"]), f(m["bsld"]["mean"]), f(m["bsld"]["p99"]),
+            f(m["jct_s"]["mean"]), f(m["makespan_s"]), f(_util(m)),
+            f(m["fragmentation"]["mean"]), f(m["execution_effectiveness"]),
+            f(m["single_leaf_share"]), f(m["fairness"]["jain_bsld"]),
+        ))
+    return out
+
+
+# ---------------------------------------------------------------------------- evaluate
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` measured.
+
+    Attributes:
+        config: The settings.
+        split: The periods.
+        models: Names of the learned policies, in the order given.
+        metrics: Metrics of every run on the test period, models first, then the
+            baselines (``slurm`` first).
+        results: The restricted replays, by name.
+        targets: The targets of the first model (``None``: no model).
+        speed_model: The replays' speed model.
+        files: Files written, by role.
+    """
+
+    config: EvalConfig
+    split: Split
+    models: list[str]
+    metrics: dict[str, dict[str, Any]]
+    results: dict[str, SimResult]
+    targets: dict[str, Any] | None
+    speed_model: str
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        """Every run, in table order."""
+        return list(self.metrics)
+
+    def table(self) -> list[tuple[str, ...]]:
+        """The table rows (:data:`TABLE_HEADERS`)."""
+        return table_rows(self.metrics)
+
+    def plotted(self) -> list[str]:
+        """Runs drawn in the plots: the models, slurm and the best heuristics.
+
+        Heuristics that replayed exactly like one already drawn (e.g. ``saf`` and
+        ``sif`` without a speed model) are left out.
+        """
+        def key(n: str) -> tuple[float, float, float]:
+            m = self.metrics[n]
+            return (float(m["bsld"]["mean"]), float(m["wait_s"]["mean"]),
+                    float(m["jct_s"]["mean"]))
+
+        out = [*self.models, SLURM]
+        seen = {key(n) for n in out}
+        heur = [n for n in self.metrics if n not in out]
+        heur.sort(key=lambda n: (key(n)[0], n))
+        for n in heur:
+            if len(out) >= len(self.models) + 1 + self.config.plot_heuristics:
+                break
+            if key(n) not in seen:
+                out.append(n)
+                seen.add(key(n))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (``eval.json``)."""
+        jobs = next(iter(self.results.values())).jobs if self.results else None
+        return {
+            "config": self.config.to_dict(),
+            "speed_model": self.speed_model,
+            "split": self.split.to_dict(),
+            "test_jobs": None if jobs is None else jobs.n,
+            "models": self.models,
+            "names": self.names,
+            "plotted": self.plotted(),
+            "table": {"headers": list(TABLE_HEADERS), "rows": [list(r) for r in self.table()]},
+            "targets": self.targets,
+            "metrics": self.metrics,
+            "files": self.files,
+        }
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run torch on ``n`` CPU threads inside the block (nothing when torch is not loaded)."""
+    torch: Any = sys.modules.get("torch")
+    if n is None or torch is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _progress(names: Sequence[str], show: bool) -> Any:
+    if not show:
+        return contextlib.nullcontext(names)
+    return click.progressbar(names, label="evaluating", file=sys.stderr,
+                             item_show_func=lambda n: n or "")
+
+
+def evaluate(jobs: JobTable, cluster: Cluster,
+             models: Mapping[str, str | os.PathLike[str] | Policy],
+             config: EvalConfig | None = None, *,
+             options: SchedulerOptions | None = None,
+             priority: PrioritySettings | None = None,
+             speed_model: str = "none", seed: int = 0,
+             out: str | os.PathLike[str] | None = None,
+             progress: bool = False,
+             extra: Mapping[str, Any] | None = None,
+             split: Split | None = None) -> EvalResult:
+    """Replay the test period under the models and every baseline (module docstring).
+
+    Args:
+        jobs: The whole history (all periods), as :func:`~trainer.sim.state.build_jobs`
+            makes it.
+        cluster: The cluster.
+        models: Learned policies by name: checkpoint or ONNX paths, or policies (a
+            given policy keeps its own user history).
+        config: Split, targets, plots.
+        options: Scheduler options (Slurm as configured; default: Slurm's defaults).
+        priority: Priority settings of the ``slurm`` baseline.
+        speed_model: Speed model name.
+        seed: Seed of the replays.
+        out: Directory for ``eval.json`` and the plots (``None``: no files).
+        progress: Show a progress bar.
+        extra: More JSON-able entries for ``eval.json`` (input, cluster...).
+        split: The periods, instead of cutting ``config.train``/``config.val`` shares
+            (e.g. to replay the validation period as the "test": ``Split(n, v, v)`` on
+            the table cut at the test period).
+
+    Raises:
+        ValueError: On a bad split, a model that cannot be loaded, or a name used twice.
+    """
+    cfg = config or EvalConfig()
+    opts = options or SchedulerOptions()
+    prio = priority or PrioritySettings()
+    if split is None:
+        split = time_split(jobs.n, cfg.train, cfg.val)
+    elif split.n != jobs.n or not 0 < split.test_start < split.n:
+        raise ValueError(f"split {split} does not cut the {jobs.n} jobs into a non-empty"
+                         " test period")
+    lo = max(0, split.test_start - int(cfg.warmup * jobs.n))
+    table = window(jobs, lo, jobs.n, shift=False)
+    k = split.test_start - lo
+    clash = [m for m in models if m in cfg.baselines]
+    if clash:
+        raise ValueError(f"model names {clash} are baseline names: pick others")
+    eng = EngineOptions(seed=seed, speed_model=speed_model)
+
+    def history(norm: Any) -> Any:
+        return user_history(jobs, cluster, lo, norm, cfg.history_jobs)
+
+    runs: list[tuple[str, Callable[[], tuple[Policy, SchedulerOptions]]]] = []
+    for name, m in models.items():
+        def learned(m: Any = m) -> tuple[Policy, SchedulerOptions]:
+            if isinstance(m, Policy):
+                return m, opts
+            return load_policy(m, history=history, placement=cfg.policy_placement), opts
+        runs.append((name, learned))
+    for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
+        def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
+            b = BASELINES[name]
+            pol = make_policy(b.policy, prio, b.placement or opts.placement)
+            return pol, replace(opts, backfill=opts.backfill if b.backfill is None
+                                else b.backfill)
+        runs.append((name, baseline))
+
+    results: dict[str, SimResult] = {}
+    ms: dict[str, dict[str, Any]] = {}
+    make = dict(runs)
+    with _progress([n for n, _ in runs], progress) as bar:
+        for name in bar:
+            pol, o = make[name]()
+            with torch_threads(cfg.threads if name in models else None):
+                r = restrict(Simulator(table, cluster, pol, o, eng).run(), k)
+            r.policy = name
+            results[name] = r
+            ms[name] = metrics.compute(r)
+    locality = (cfg.locality_targets if cfg.locality_targets is not None
+                else speed_model != "none")
+    first = next(iter(models), None)
+    targets = (check_targets(ms, first, cfg, locality=locality,
+                             heuristics=[b for b in cfg.baselines if b != SLURM])
+               if first is not None else None)
+    res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
+    if out is not None:
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = metrics.plot({n: results[n] for n in res.plotted()}, d,
+                             emphasis=res.models, reference=SLURM)
+        for p in paths or []:
+            res.files[p.stem] = str(p)
+        data = res.to_dict()
+        data["split"] = split.to_dict(jobs)
+        data.update(dict(extra or {}))
+        data["options"] = opts.to_dict()
+        data["priority"] = prio.to_dict()
+        res.files["eval"] = str(d / "eval.json")
+        data["files"] = res.files
+        metrics.write_json(data, d / "eval.json")
+    return res
+
+
+def print_targets(targets: Mapping[str, Any] | None) -> None:
+    """Print the targets, one line per check."""
+    if not targets:
+        return
+    click.echo(f"quality targets of {targets['policy']} on the test period:"
+               f" {'PASSED' if targets['passed'] else 'NOT MET'}")
+    for c in targets["checks"]:
+        mark = {True: "pass", False: "FAIL", None: "n/a "}[c["ok"]]
+        click.echo(f"  [{mark}] {c['name']:<24} {c['detail']}")
+
+
+# ---------------------------------------------------------------------------- command
+def _model_args(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = Path(item).stem, item
+        if not name or not path:
+            raise click.BadParameter(f"{item!r}: give PATH or NAME=PATH", param_hint="MODEL")
+        if not Path(path).is_file():
+            raise click.BadParameter(f"{path}: no such file", param_hint="MODEL")
+        if name in out:
+            raise click.BadParameter(f"name {name!r} given twice: use NAME=PATH",
+                                     param_hint="MODEL")
+        out[name] = path
+    return out
+
+
+def _eval_options(fn: Any) -> Any:
+    opts = [
+        click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
+                                                                     max_open=True),
+                     help="Share of the jobs (first by arrival) that trained (default 0.7)."),
+        click.option("--val", "val_share", type=click.FloatRange(0, 1, max_open=True),
+                     help="Share after them that validated (default 0.1); the rest is"
+                          " the test period."),
+        click.option("--warmup", type=click.FloatRange(0, 1),
+                     help="Share of jobs before the test period replayed first, not counted"
+                          " (default 0.1: the validation period; 0: start empty)."),
+        click.option("--policy-placement", type=click.Choice(["policy", *PLACEMENTS]),
+                     help="Node selection of the models: their placement head (policy,"
+                          " default) or a named placement."),
+        click.option("--locality-targets/--no-locality-targets", default=None,
+                     help="Check the JCT and leaf-locality targets (default: when the speed"
+                          " model is not none)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+@click.command("evaluate")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL...")
+@_eval_options
+@_input_options
+def evaluate_command(models: tuple[str, ...], json_: bool | None,
+                     train_share: float | None, val_share: float | None,
+                     warmup: float | None, policy_placement: str | None,
+                     locality_targets: bool | None, **kwargs: Any) -> None:
+    """Compare learned policies with every baseline on the test period of a history.
+
+    MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
+    the first one is checked against the quality targets. The jobs (--trace FILE or
+    --db URL --cluster NAME) are split by arrival: the first 70% trained, the next
+    10% validated, the last 20% are the test period. Every model and every baseline
+    (slurm, fifo, sjf, the seed heuristics...) replays the test period with the same
+    jobs, cluster, scheduler options and speed model; the table shows every
+    headline metric. With --out, writes eval.json, config.json and plots.
+    """
+    paths = _model_args(models)
+    sim = resolve(json=json_, **kwargs)
+    over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
+                            "policy_placement": policy_placement,
+                            "locality_targets": locality_targets}
+    try:
+        cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    prep = _prepare(sim)
+    try:
+        res = evaluate(prep.jobs, prep.cluster, paths, cfg, options=prep.options,
+                       priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
+                       out=sim.out, progress=True,
+                       extra={"input": {"source": prep.source, "jobs": prep.jobs.n,
+                                        "rejected": prep.rejected},
+                              "model_files": paths})
+    except (ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    if sim.out:
+        metrics.write_json({"input": dataclasses.asdict(sim), "evaluate": cfg.to_dict(),
+                            "models": paths}, Path(sim.out) / "config.json")
+        click.echo(f"wrote {Path(sim.out) / 'eval.json'}, config.json and"
+                   f" {len(res.files) - 1} plots", err=True)
+    if sim.json:
+        from slurm_plugin.output import emit_json
+
+        data = res.to_dict()
+        for m in data["metrics"].values():
+            m.pop("series", None)
+        emit_json(data)
+        return
+    from slurm_plugin.output import table
+
+    lo, hi = res.split.test
+    click.echo(f"test period: jobs {lo}..{hi - 1} of {res.split.n} ({hi - lo} jobs),"
+               f" speed model {sim.speed_model}")
+    table(TABLE_HEADERS, res.table())
+    print_targets(res.targets)
