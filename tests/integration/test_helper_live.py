@@ -245,17 +245,18 @@ def lua_script(cluster):
 
 
 def test_job_submit_hint_up_garbage_slow_down(slurm, submit: Submit, lua_script):
-    blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
-
     def site(job_id):
         return wait_for(lambda: _job(slurm, job_id) and _job(slurm, job_id).site_factor
                         is not None and (_job(slurm, job_id).site_factor,), what="sprio")[0]
 
-    # up: the helper's answer becomes the job's site factor
+    # up: the helper's answer becomes the job's site factor. The server starts before the
+    # first submission: a failed connection makes the script skip the helper for BACKOFF
+    # (30 s), by design, so the blocker must not be the one to find the helper down.
     srv = HintServer(lua_script, lambda req: 4242)
     srv.start()
     try:
+        blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
+        wait_for(lambda: _running(slurm, blocker), what="blocker to start")
         assert site(submit("-N", "2", "-t", "5", name="hint-up")) == 4242
     finally:
         srv.stop()
