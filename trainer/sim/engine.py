@@ -400,7 +400,7 @@ class Simulator:
             p = self._part[lo]
             self.pend_count[p] += 1
             key = float(keys[0])
-            pos = int(np.searchsorted(self.pkeys, key, side="right"))
+            pos = int(self.pkeys.searchsorted(key, side="right"))
             self._insert(pos, lo, key)
             if key < self.blocked_key[p]:
                 self.main_dirty = True
@@ -655,13 +655,16 @@ class Simulator:
             return
         jobs = self.jobs
         w = self.porder[:m]
-        sh = jobs.shape[w]
         nn = jobs.nodes[w]
-        if self._n_shapes <= 8:
-            present = list(range(self._n_shapes))
+        if self._n_shapes == 1:
+            sh = w  # unused: one shape
+            present = [0]
         else:
-            present = np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist()
-        if int(nn.min()) > max(self._count_now(s) for s in present):
+            sh = jobs.shape[w]
+            present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
+                       np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist())
+        nn_min = int(nn.min())
+        if nn_min > max(self._count_now(s) for s in present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
             if int(np.count_nonzero(self.pend_count)) == 1:
@@ -679,6 +682,8 @@ class Simulator:
         n_unres = unreserved.size
         pos0 = 0
         while pos0 < m:
+            if not n_unres and nn_min > max(self._count_now(s) for s in present):
+                break  # every head is noted and no job of the window fits any more
             # positions from pos0 that may start now, and the first blocked job of each
             # partition without a reservation yet (vectorised over the window). A job
             # still runs at a shadow time S (its end rounded up to bf_resolution is past
