@@ -260,6 +260,7 @@ class Simulator:
         self._qfifo = True  # the queue holds its jobs in arrival (index) order
         self._scored_at = -_INF  # time of the last recalculation
         self.pend_count = np.zeros(n_parts, dtype=np.int64)
+        self._n_pending = 0  # pend_count.sum()
         self.blocked_key = np.full(n_parts, np.inf)
         self._head_job: dict[int, int] = {}
         self.key_of = np.zeros(n, dtype=np.float64)
@@ -399,6 +400,7 @@ class Simulator:
         if hi - lo == 1:  # the common case, in scalars
             p = self._part[lo]
             self.pend_count[p] += 1
+            self._n_pending += 1
             key = float(keys[0])
             pos = int(self.pkeys.searchsorted(key, side="right"))
             self._insert(pos, lo, key)
@@ -409,6 +411,7 @@ class Simulator:
                 self.bf_new.append(lo)
             return
         np.add.at(self.pend_count, self.jobs.part[lo:hi], 1)
+        self._n_pending += hi - lo
         o = np.argsort(keys, kind="stable")
         idx, keys = idx[o], keys[o]
         where = np.searchsorted(self.pkeys, keys, side="right")
@@ -434,7 +437,7 @@ class Simulator:
             # the queue is in arrival order: the jobs eligible for ``settle`` s by the last
             # recalculation are a prefix, and their scores have not moved since
             first = bisect.bisect_right(self._elig, self._scored_at - settle)
-            k = int(np.searchsorted(idx, first))
+            k = int(idx.searchsorted(first))
         sub = idx[k:] if k else idx
         keys = -np.asarray(self.policy.score(self.jobs, sub, self._ctx(t)), dtype=np.float64)
         self._scored_at = t
@@ -573,6 +576,7 @@ class Simulator:
             self.job_slots[j] = st.allocate_shared(nodes, sh[2], sh[3], sh[4], exp, aend)
         self.pending[j] = False
         self.pend_count[self._part[j]] -= 1
+        self._n_pending -= 1
         self._started += 1
         self.start[j] = t
         self.end[j] = aend
@@ -966,7 +970,7 @@ class Simulator:
             self.main_dirty = False
             self._main(t)
         if self.opt.backfill and (self.bf_full or self.bf_new):
-            if not int(self.pend_count.sum()):
+            if not self._n_pending:
                 self.bf_full = False  # nothing to backfill: no pass
                 self.bf_new.clear()
                 self.resv_valid = False
