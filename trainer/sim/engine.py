@@ -15,7 +15,10 @@ Scheduling pass (at every event time where something changed)
        is re-scored every ``priority_calc_period``, at the first event after it elapsed
        (no timer events); a job is scored when it arrives. The pending queue is kept
        sorted by score (ties: arrival order). A re-scoring that leaves the order as it
-       was changes nothing else (the passes already made stand).
+       was changes nothing else (the passes already made stand). When the queue is in
+       arrival order and the policy's scores settle (:attr:`Policy.settles_after`:
+       Slurm's multifactor without fair-share is constant once the age factor reaches
+       ``PriorityMaxAge``), only the jobs younger than that are re-scored.
     2. *Main scheduler* (Slurm's main loop): pending jobs in priority order start where
        they fit; the first job of a partition that cannot start blocks the rest of that
        partition (strict priority order per partition). It runs when resources were
@@ -49,6 +52,9 @@ Scheduling pass (at every event time where something changed)
 
 Run times come from the speed model (:mod:`trainer.sim.speed`; ``none``: as recorded).
 Node state, pending queue and job results are numpy arrays (see :mod:`trainer.sim.state`).
+The pending queue lives in the middle of two growable buffers: an arrival behind the
+queue is an append, and dropping the jobs started from its head touches only the head,
+so a queue of tens of thousands of jobs costs no copy of itself per event.
 """
 
 from __future__ import annotations
@@ -533,8 +539,12 @@ class Simulator:
         n = self._nodes[j]
         sh = self._shape[j]
         p, excl, c, g, _ = self._sh[sh]
-        if excl and self.state.idle_count[p] < n:
-            return None
+        if excl:  # the count first (a whole-node reservation caps it), the mask later
+            if self.state.idle_count[p] < n:
+                return None
+            for r in view:
+                if r.whole and r.extra < n:
+                    return None
         mask, cnt = self._usable(sh, view)
         if cnt < n:
             return None
@@ -696,7 +706,9 @@ class Simulator:
                 if lim is None:
                     lim = jobs.limit[w]
                 r0 = self.resv[0]
-                c0, c1 = self._count_now(0), self._usable(0, (r0,))[1]
+                c0 = self._count_now(0)
+                c1 = (min(c0, r0.extra) if r0.whole and self._sh[0][1] else
+                      self._usable(0, (r0,))[1])
                 if c0 == c1:
                     feas = nn[pos0:] <= c0
                 else:
