@@ -266,6 +266,7 @@ class Simulator:
         self._qfifo = True  # the queue holds its jobs in arrival (index) order
         self._scored_at = -_INF  # time of the last recalculation
         self.pend_count = np.zeros(n_parts, dtype=np.int64)
+        self._all_parts = np.ones(n_parts, dtype=bool)
         self._n_pending = 0  # pend_count.sum()
         self.blocked_key = np.full(n_parts, np.inf)
         self._head_job: dict[int, int] = {}
@@ -527,6 +528,12 @@ class Simulator:
         self._mask_cache[key] = out
         return out
 
+    def _max_count(self, shapes: list[int]) -> int:
+        """The most nodes any of ``shapes`` could get now."""
+        if len(shapes) == 1:
+            return self._count_now(shapes[0])
+        return max(self._count_now(s) for s in shapes)
+
     def _count_now(self, sh: int) -> int:
         p, excl, _, _, _ = self._sh[sh]
         if excl:
@@ -678,7 +685,7 @@ class Simulator:
             present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
                        np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist())
         nn_min = int(nn.min())
-        if nn_min > max(self._count_now(s) for s in present):
+        if nn_min > self._max_count(present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
             if int(np.count_nonzero(self.pend_count)) == 1:
@@ -692,11 +699,11 @@ class Simulator:
         part = None if single else jobs.part[w]
         lim: np.ndarray | None = None
         res = self.opt.bf_resolution
-        unreserved = np.ones(self.cluster.part_mask.shape[0], dtype=bool)
+        unreserved = self._all_parts.copy()
         n_unres = unreserved.size
         pos0 = 0
         while pos0 < m:
-            if not n_unres and nn_min > max(self._count_now(s) for s in present):
+            if not n_unres and nn_min > self._max_count(present):
                 break  # every head is noted and no job of the window fits any more
             # positions from pos0 that may start now, and the first blocked job of each
             # partition without a reservation yet (vectorised over the window). A job
