@@ -636,7 +636,7 @@ class Simulator:
         blocked: set[int] = set()
         porder = self.porder.tolist() if self.porder.size <= 64 else self.porder
         for pos, jj in enumerate(porder):
-            j = int(jj)  # type: ignore[call-overload]
+            j = int(jj)
             if not self.pending[j]:
                 continue
             p = self._part[j]
