@@ -424,3 +424,32 @@ def test_settled_age_is_declared_only_without_fair_share():
     assert make_policy("multifactor", PrioritySettings(weight_age=1, weight_fairshare=1)
                        ).settles_after is None
     assert make_policy("fifo").settles_after is None
+
+
+def test_queue_insertions_keep_order_and_arrival_flag():
+    # white-box: inserts at the tail, the head and the middle, into full buffers too
+    cl = Cluster.from_spec(spec(4))
+    jobs = build_jobs([job(i + 1, i, 10, 1) for i in range(300)], cl)
+    sim = Simulator(jobs, cl, make_policy("fifo"), EXACT)
+    ref: list[tuple[float, int]] = []
+
+    def insert(j: int, key: float) -> None:
+        pos = int(sim.pkeys.searchsorted(key, side="right"))
+        sim._insert(pos, j, key)
+        ref.insert(pos, (key, j))
+        assert sim.porder.tolist() == [jj for _, jj in ref]
+        assert sim.pkeys.tolist() == [k for k, _ in ref]
+        if sim._qfifo:
+            assert sim.porder.tolist() == sorted(sim.porder.tolist())
+
+    for j in range(sim._qjob.size):  # appends fill the first buffer exactly
+        insert(j, float(2 * j))
+    assert sim._qfifo and sim._qhi == sim._qjob.size
+    insert(64, 21.0)  # into the middle of a full buffer: no longer in arrival order
+    assert not sim._qfifo
+    rng = np.random.default_rng(0)
+    for j in range(65, 300):
+        insert(j, float(rng.integers(0, 600)))
+        if j == 100:  # drop a head as the compaction does, so the head has room
+            sim._qlo += 10
+            del ref[:10]

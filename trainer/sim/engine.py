@@ -371,8 +371,6 @@ class Simulator:
         """Insert job ``j`` with ``key`` at position ``pos`` of the pending queue."""
         lo, hi = self._qlo, self._qhi
         at = lo + pos
-        if at < hi:  # jobs arrive in index order: only an append keeps the queue in it
-            self._qfifo = False
         if at < hi and lo > 0 and 2 * pos < hi - lo:  # shift the shorter head left
             qj, qk = self._qjob, self._qkey
             qj[lo - 1:at - 1] = qj[lo:at]
@@ -380,6 +378,7 @@ class Simulator:
             qj[at - 1] = j
             qk[at - 1] = key
             self._qlo = lo - 1
+            self._qfifo = False  # jobs arrive in index order: only an append keeps it
             return
         if hi == self._qjob.size:  # no room at the tail: recentre or grow
             self._set_queue(self.porder, self.pkeys)
@@ -387,6 +386,7 @@ class Simulator:
             at = pos
         qj, qk = self._qjob, self._qkey
         if at < hi:
+            self._qfifo = False
             qj[at + 1:hi + 1] = qj[at:hi]
             qk[at + 1:hi + 1] = qk[at:hi]
         qj[at] = j
