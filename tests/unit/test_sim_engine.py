@@ -9,7 +9,7 @@ from db.records import JobRecord, TresCounts
 from slurm_plugin.cluster import ClusterSpec
 from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator, simulate
-from trainer.sim.policies import BASELINES, POLICIES, make_policy
+from trainer.sim.policies import BASELINES, POLICIES, ScoreContext, make_policy
 from trainer.sim.slurm import PrioritySettings, SchedulerOptions
 from trainer.sim.state import Cluster, build_jobs
 
@@ -354,3 +354,103 @@ def test_overlapping_partitions(name, gpus):
     for j in range(r.jobs.n):
         p = r.cluster.part_names[int(r.jobs.part[j])]
         assert set(r.placements[j]) <= allowed[p]
+
+
+class _QueueChecked(Simulator):
+    """Checks the pending queue after every scheduling pass, and every re-scoring
+    against a full one (the settled jobs it skipped must keep the keys it left them)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.passes = 0
+        self.partial = 0
+        self.longest = 0
+
+    def _schedule(self, t):
+        super()._schedule(t)
+        self._compact()
+        order, keys = self.porder.tolist(), self.pkeys.tolist()
+        assert sorted(order) == np.flatnonzero(self.pending).tolist()
+        pairs = list(zip(keys, order, strict=True))
+        assert pairs == sorted(pairs)  # by key, ties in arrival order
+        assert keys == self.key_of[order].tolist()
+        if self._qfifo:
+            assert order == sorted(order)
+        self.passes += 1
+        self.longest = max(self.longest, len(order))
+
+    def _recalc(self, t):
+        sizes = []
+        score = self.policy.score
+        self.policy.score = lambda jobs, idx, ctx: sizes.append(idx.size) or score(jobs, idx, ctx)
+        try:
+            super()._recalc(t)
+        finally:
+            del self.policy.score
+        if sizes and sizes[0] < self.porder.size:
+            self.partial += 1
+        ctx = ScoreContext(t, self.cluster, self.state, self.usage, self.rng)
+        full = -self.policy.score(self.jobs, self.porder, ctx)
+        assert full.tolist() == self.pkeys.tolist()
+
+
+@pytest.mark.parametrize(("policy", "settings", "site"), [
+    ("sjf", None, True),  # jobs inserted anywhere in the queue
+    ("multifactor", PrioritySettings(weight_age=1000, max_age=600), False),  # arrival order
+    ("multifactor", PrioritySettings(weight_age=100, weight_job_size=500, max_age=900), True),
+])
+def test_pending_queue_stays_sorted_and_complete(policy, settings, site):
+    recs = _random_records(500, 21, False)
+    cl = Cluster.from_spec(spec(12))
+    jobs = build_jobs(recs, cl)
+    if site:
+        jobs.site_factor[:] = np.random.default_rng(3).integers(0, 4, jobs.n) * 20.0
+    opts = SchedulerOptions(bf_interval=0, bf_max_job_test=20, priority_calc_period=10)
+    sim = _QueueChecked(jobs, cl, make_policy(policy, settings), opts)
+    r = sim.run()
+    assert (r.start >= 0).all()
+    assert sim.passes > 500
+    assert sim.longest > 64  # the queue's buffers grew
+    if policy == "multifactor":
+        assert sim.stats["recalcs"] > 50
+        if not site:  # in arrival order: the jobs past max_age were not re-scored
+            assert sim.partial > 20
+
+
+def test_settled_age_is_declared_only_without_fair_share():
+    assert make_policy("multifactor", PrioritySettings(weight_age=1, max_age=60)
+                       ).settles_after == 60
+    assert make_policy("multifactor", PrioritySettings(weight_age=1, max_age=0)
+                       ).settles_after == 0
+    assert make_policy("multifactor", PrioritySettings(weight_age=1, weight_fairshare=1)
+                       ).settles_after is None
+    assert make_policy("fifo").settles_after is None
+
+
+def test_queue_insertions_keep_order_and_arrival_flag():
+    # white-box: inserts at the tail, the head and the middle, into full buffers too
+    cl = Cluster.from_spec(spec(4))
+    jobs = build_jobs([job(i + 1, i, 10, 1) for i in range(300)], cl)
+    sim = Simulator(jobs, cl, make_policy("fifo"), EXACT)
+    ref: list[tuple[float, int]] = []
+
+    def insert(j: int, key: float) -> None:
+        pos = int(sim.pkeys.searchsorted(key, side="right"))
+        sim._insert(pos, j, key)
+        ref.insert(pos, (key, j))
+        assert sim.porder.tolist() == [jj for _, jj in ref]
+        assert sim.pkeys.tolist() == [k for k, _ in ref]
+        if sim._qfifo:
+            assert sim.porder.tolist() == sorted(sim.porder.tolist())
+
+    for j in range(sim._qjob.size):  # appends fill the first buffer exactly
+        insert(j, float(2 * j))
+    assert sim._qfifo and sim._qhi == sim._qjob.size
+    insert(64, 21.0)  # into the middle of a full buffer: no longer in arrival order
+    assert not sim._qfifo
+    rng = np.random.default_rng(0)
+    for j in range(65, 300):
+        insert(j, float(rng.integers(0, 600)))
+        if j == 100:  # drop a head as the compaction does, so the head has room
+            sim._qlo += 10
+            del ref[:10]

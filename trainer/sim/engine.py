@@ -16,7 +16,10 @@ Scheduling pass (at every event time where something changed)
        is re-scored every ``priority_calc_period``, at the first event after it elapsed
        (no timer events); a job is scored when it arrives. The pending queue is kept
        sorted by score (ties: arrival order). A re-scoring that leaves the order as it
-       was changes nothing else (the passes already made stand).
+       was changes nothing else (the passes already made stand). When the queue is in
+       arrival order and the policy's scores settle (:attr:`Policy.settles_after`:
+       Slurm's multifactor without fair-share is constant once the age factor reaches
+       ``PriorityMaxAge``), only the jobs younger than that are re-scored.
     2. *Main scheduler* (Slurm's main loop): pending jobs in priority order start where
        they fit; the first job of a partition that cannot start blocks the rest of that
        partition (strict priority order per partition). It runs when resources were
@@ -50,6 +53,9 @@ Scheduling pass (at every event time where something changed)
 
 Run times come from the speed model (:mod:`trainer.sim.speed`; ``none``: as recorded).
 Node state, pending queue and job results are numpy arrays (see :mod:`trainer.sim.state`).
+The pending queue lives in the middle of two growable buffers: an arrival behind the
+queue is an append, and dropping the jobs started from its head touches only the head,
+so a queue of tens of thousands of jobs costs no copy of itself per event.
 """
 
 from __future__ import annotations
@@ -251,9 +257,18 @@ class Simulator:
         self.leaves = np.zeros(n, dtype=np.int32)
         self.backfilled = np.zeros(n, dtype=bool)
         self.pending = np.zeros(n, dtype=bool)
-        self.porder = np.zeros(0, dtype=np.int64)
-        self.pkeys = np.zeros(0, dtype=np.float64)
+        # the pending queue (job, key) in priority order lives in [_qlo, _qhi) of two
+        # buffers, so that appending and dropping started jobs at its head copy nothing
+        # behind them (see :attr:`porder`)
+        self._qjob = np.zeros(64, dtype=np.int64)
+        self._qkey = np.zeros(64, dtype=np.float64)
+        self._qlo = 0
+        self._qhi = 0
+        self._qfifo = True  # the queue holds its jobs in arrival (index) order
+        self._scored_at = -_INF  # time of the last recalculation
         self.pend_count = np.zeros(n_parts, dtype=np.int64)
+        self._all_parts = np.ones(n_parts, dtype=bool)
+        self._n_pending = 0  # pend_count.sum()
         self.blocked_key = np.full(n_parts, np.inf)
         self._head_job: dict[int, int] = {}
         self.key_of = np.zeros(n, dtype=np.float64)
@@ -332,6 +347,53 @@ class Simulator:
         self.rate[u] += delta_rate
 
     # ------------------------------------------------------------------ queue
+    @property
+    def porder(self) -> np.ndarray:
+        """Pending jobs in priority order (a view of the queue buffer: do not keep it)."""
+        return self._qjob[self._qlo:self._qhi]
+
+    @property
+    def pkeys(self) -> np.ndarray:
+        """Their sort keys (minus the score; a view, as :attr:`porder`)."""
+        return self._qkey[self._qlo:self._qhi]
+
+    def _set_queue(self, order: np.ndarray, keys: np.ndarray) -> None:
+        """Replace the pending queue (copied into fresh buffers with room to grow)."""
+        n = int(order.size)
+        cap = max(64, 2 * n)
+        qjob = np.empty(cap, dtype=np.int64)
+        qkey = np.empty(cap, dtype=np.float64)
+        qjob[:n] = order
+        qkey[:n] = keys
+        self._qjob, self._qkey, self._qlo, self._qhi = qjob, qkey, 0, n
+        self._qfifo = bool((order[1:] > order[:-1]).all())
+
+    def _insert(self, pos: int, j: int, key: float) -> None:
+        """Insert job ``j`` with ``key`` at position ``pos`` of the pending queue."""
+        lo, hi = self._qlo, self._qhi
+        at = lo + pos
+        if at < hi and lo > 0 and 2 * pos < hi - lo:  # shift the shorter head left
+            qj, qk = self._qjob, self._qkey
+            qj[lo - 1:at - 1] = qj[lo:at]
+            qk[lo - 1:at - 1] = qk[lo:at]
+            qj[at - 1] = j
+            qk[at - 1] = key
+            self._qlo = lo - 1
+            self._qfifo = False  # jobs arrive in index order: only an append keeps it
+            return
+        if hi == self._qjob.size:  # no room at the tail: recentre or grow
+            self._set_queue(self.porder, self.pkeys)
+            lo, hi = 0, self._qhi
+            at = pos
+        qj, qk = self._qjob, self._qkey
+        if at < hi:
+            self._qfifo = False
+            qj[at + 1:hi + 1] = qj[at:hi]
+            qk[at + 1:hi + 1] = qk[at:hi]
+        qj[at] = j
+        qk[at] = key
+        self._qhi = hi + 1
+
     def _arrive(self, lo: int, hi: int, t: int) -> None:
         """Jobs ``lo..hi-1`` arrive: score them and insert them in the pending queue."""
         self._compact()
@@ -346,10 +408,10 @@ class Simulator:
         if hi - lo == 1:  # the common case, in scalars
             p = self._part[lo]
             self.pend_count[p] += 1
+            self._n_pending += 1
             key = float(keys[0])
-            pos = int(np.searchsorted(self.pkeys, key, side="right"))
-            self.porder = np.concatenate((self.porder[:pos], idx, self.porder[pos:]))
-            self.pkeys = np.concatenate((self.pkeys[:pos], keys, self.pkeys[pos:]))
+            pos = int(self.pkeys.searchsorted(key, side="right"))
+            self._insert(pos, lo, key)
             if key < self.blocked_key[p]:
                 self.main_dirty = True
             elif (self.opt.backfill and not self.bf_full
@@ -357,11 +419,11 @@ class Simulator:
                 self.bf_new.append(lo)
             return
         np.add.at(self.pend_count, self.jobs.part[lo:hi], 1)
+        self._n_pending += hi - lo
         o = np.argsort(keys, kind="stable")
         idx, keys = idx[o], keys[o]
         where = np.searchsorted(self.pkeys, keys, side="right")
-        self.porder = np.insert(self.porder, where, idx)
-        self.pkeys = np.insert(self.pkeys, where, keys)
+        self._set_queue(np.insert(self.porder, where, idx), np.insert(self.pkeys, where, keys))
         ahead = keys < self.blocked_key[self.jobs.part[idx]]
         if ahead.any():
             self.main_dirty = True
@@ -377,19 +439,35 @@ class Simulator:
         if not self.porder.size:
             return
         idx = self.porder
-        keys = -np.asarray(self.policy.score(self.jobs, idx, self._ctx(t)), dtype=np.float64)
-        self.key_of[idx] = keys
+        k = 0
+        settle = self.policy.settles_after
+        if settle is not None and self._qfifo:
+            # the queue is in arrival order: the jobs eligible for ``settle`` s by the last
+            # recalculation are a prefix, and their scores have not moved since
+            first = bisect.bisect_right(self._elig, self._scored_at - settle)
+            k = int(idx.searchsorted(first))
+        sub = idx[k:] if k else idx
+        keys = -np.asarray(self.policy.score(self.jobs, sub, self._ctx(t)), dtype=np.float64)
+        self._scored_at = t
+        self.key_of[sub] = keys
         self.stats["recalcs"] += 1
-        dk = np.diff(keys)
-        if bool(((dk > 0) | ((dk == 0) & (np.diff(idx) > 0))).all()):
+        dk = keys[1:] - keys[:-1]
+        if self._qfifo:  # ties already in arrival order: sorted by key is enough
+            same = bool((dk >= 0).all()) and (
+                not k or not keys.size or bool(keys[0] - self.pkeys[k - 1] >= 0))
+        else:
+            same = bool(((dk > 0) | ((dk == 0) & (idx[1:] > idx[:-1]))).all())
+        if same:
             # same order (ties by arrival): the passes already made stand; keys moved
-            self.pkeys = keys
+            self.pkeys[k:] = keys
             for p, j in self._head_job.items():
                 if self.blocked_key[p] != np.inf:
                     self.blocked_key[p] = self.key_of[j]
             return
+        if k:
+            keys = np.concatenate((self.pkeys[:k], keys))
         o = np.lexsort((idx, keys))
-        self.porder, self.pkeys = idx[o], keys[o]
+        self._set_queue(idx[o], keys[o])
         self.main_dirty = True
         self.bf_full = True
 
@@ -400,13 +478,16 @@ class Simulator:
         upto = min(self.porder.size, max(self.opt.bf_max_job_test, self._scan_upto))
         head = self.porder[:upto]
         keep = self.pending[head]
-        if upto - int(np.count_nonzero(keep)) == self._started:
-            self.porder = np.concatenate((head[keep], self.porder[upto:]))
-            self.pkeys = np.concatenate((self.pkeys[:upto][keep], self.pkeys[upto:]))
+        kept = int(np.count_nonzero(keep))
+        if upto - kept == self._started:  # keep the head's pending jobs, packed to its end
+            lo = self._qlo
+            new_lo = lo + upto - kept
+            self._qjob[new_lo:lo + upto] = head[keep]
+            self._qkey[new_lo:lo + upto] = self._qkey[lo:lo + upto][keep]
+            self._qlo = new_lo
         else:  # pragma: no cover - every start is within the scanned prefix
             keep = self.pending[self.porder]
-            self.porder = self.porder[keep]
-            self.pkeys = self.pkeys[keep]
+            self._set_queue(self.porder[keep], self.pkeys[keep])
         self._started = 0
         self._scan_upto = 0
 
@@ -448,6 +529,12 @@ class Simulator:
         self._mask_cache[key] = out
         return out
 
+    def _max_count(self, shapes: list[int]) -> int:
+        """The most nodes any of ``shapes`` could get now."""
+        if len(shapes) == 1:
+            return self._count_now(shapes[0])
+        return max(self._count_now(s) for s in shapes)
+
     def _count_now(self, sh: int) -> int:
         p, excl, _, _, _ = self._sh[sh]
         if excl:
@@ -460,8 +547,12 @@ class Simulator:
         n = self._nodes[j]
         sh = self._shape[j]
         p, excl, c, g, _ = self._sh[sh]
-        if excl and self.state.idle_count[p] < n:
-            return None
+        if excl:  # the count first (a whole-node reservation caps it), the mask later
+            if self.state.idle_count[p] < n:
+                return None
+            for r in view:
+                if r.whole and r.extra < n:
+                    return None
         mask, cnt = self._usable(sh, view)
         if cnt < n:
             return None
@@ -505,6 +596,7 @@ class Simulator:
             self.job_slots[j] = st.allocate_shared(nodes, sh[2], sh[3], sh[4], exp, aend)
         self.pending[j] = False
         self.pend_count[self._part[j]] -= 1
+        self._n_pending -= 1
         self._started += 1
         self.start[j] = t
         self.end[j] = aend
@@ -549,7 +641,7 @@ class Simulator:
         blocked: set[int] = set()
         porder = self.porder.tolist() if self.porder.size <= 64 else self.porder
         for pos, jj in enumerate(porder):
-            j = int(jj)  # type: ignore[call-overload]
+            j = int(jj)
             if not self.pending[j]:
                 continue
             p = self._part[j]
@@ -589,13 +681,16 @@ class Simulator:
             return
         jobs = self.jobs
         w = self.porder[:m]
-        sh = jobs.shape[w]
         nn = jobs.nodes[w]
-        if self._n_shapes <= 8:
-            present = list(range(self._n_shapes))
+        if self._n_shapes == 1:
+            sh = w  # unused: one shape
+            present = [0]
         else:
-            present = np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist()
-        if int(nn.min()) > max(self._count_now(s) for s in present):
+            sh = jobs.shape[w]
+            present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
+                       np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist())
+        nn_min = int(nn.min())
+        if nn_min > self._max_count(present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
             if int(np.count_nonzero(self.pend_count)) == 1:
@@ -605,27 +700,37 @@ class Simulator:
                 self._lazy_heads = [int(w[k]) for k in np.sort(first).tolist()]
             self.resv_valid = True
             return
-        part = jobs.part[w]
         single = int(np.count_nonzero(self.pend_count)) == 1
-        endr: np.ndarray | None = None
-        unreserved = np.ones(self.cluster.part_mask.shape[0], dtype=bool)
+        part = None if single else jobs.part[w]
+        lim: np.ndarray | None = None
+        res = self.opt.bf_resolution
+        unreserved = self._all_parts.copy()
+        n_unres = unreserved.size
         pos0 = 0
         while pos0 < m:
+            if not n_unres and nn_min > self._max_count(present):
+                break  # every head is noted and no job of the window fits any more
             # positions from pos0 that may start now, and the first blocked job of each
-            # partition without a reservation yet (vectorised over the window)
+            # partition without a reservation yet (vectorised over the window). A job
+            # still runs at a shadow time S (its end rounded up to bf_resolution is past
+            # S) exactly when its time limit exceeds S // res * res - t.
             if self.resv and self._n_shapes == 1 and len(self.resv) == 1:
-                if endr is None:
-                    res = self.opt.bf_resolution
-                    endr = -(-(t + jobs.limit[w]) // res) * res
+                if lim is None:
+                    lim = jobs.limit[w]
                 r0 = self.resv[0]
-                c0, c1 = self._count_now(0), self._usable(0, (r0,))[1]
-                feas = nn[pos0:] <= np.where(endr[pos0:] > r0.shadow, c1, c0)
+                c0 = self._count_now(0)
+                c1 = (min(c0, r0.extra) if r0.whole and self._sh[0][1] else
+                      self._usable(0, (r0,))[1])
+                if c0 == c1:
+                    feas = nn[pos0:] <= c0
+                else:
+                    feas = nn[pos0:] <= np.where(lim[pos0:] > r0.shadow // res * res - t,
+                                                 c1, c0)
             elif self.resv:
-                if endr is None:
-                    res = self.opt.bf_resolution
-                    endr = -(-(t + jobs.limit[w]) // res) * res
-                shadows = np.array([r.shadow for r in self.resv])
-                k = np.searchsorted(shadows, endr[pos0:], side="left")
+                if lim is None:
+                    lim = jobs.limit[w]
+                thr = np.array([r.shadow // res * res - t for r in self.resv])
+                k = np.searchsorted(thr, lim[pos0:], side="left")
                 table = np.zeros((len(self.resv) + 1, self._n_shapes), dtype=np.int64)
                 for kk in range(len(self.resv) + 1):
                     view = tuple(self.resv[:kk])
@@ -639,30 +744,51 @@ class Simulator:
                 for s in present:
                     cnt[s] = self._count_now(s)
                 feas = nn[pos0:] <= cnt[sh[pos0:]]
-            # may start now, or is the first blocked job of a partition still unreserved
-            visit = np.flatnonzero(feas).tolist()
-            if unreserved.any():
+            # visit, in order, the jobs that may start now (each found when needed) and
+            # the first blocked job of each partition still unreserved
+            size = int(feas.size)
+            heads: list[int] = []
+            if n_unres:
                 if single:
-                    if feas.size and not feas.all():
-                        visit = sorted([*visit, int(feas.argmin())])
+                    h = int(feas.argmin())
+                    if not feas[h]:
+                        heads = [h]
                 else:
+                    assert part is not None
                     blocked = np.flatnonzero(~feas)
                     if blocked.size:
                         bp = part[pos0:][blocked]
                         _, first = np.unique(bp, return_index=True)
-                        heads = blocked[first[unreserved[bp[first]]]]
-                        if heads.size:
-                            visit = sorted(visit + heads.tolist())
-            if not visit:
-                break
+                        heads = np.sort(blocked[first[unreserved[bp[first]]]]).tolist()
+            heads.append(size)
+            nh = heads[0]
+            hk = 1
+            nf = -1  # next feasible offset (size: none), -1: not looked up yet
             refilter = False
             # walk them in order; starts only shrink what is free, so the filter stays a
             # superset: re-filter only when a job fails or a reservation appears
-            for off in visit:
+            cur = 0
+            while True:
+                if nf < 0:
+                    nf = cur + int(feas[cur:].argmax()) if cur < size else size
+                    if nf < size and not feas[nf]:
+                        nf = size
+                if nf < nh:
+                    off = nf
+                    nf = -1
+                    fits = True
+                elif nh < size:
+                    off = nh
+                    nh = heads[hk]
+                    hk += 1
+                    fits = False
+                else:
+                    break
+                cur = off + 1
                 pos = pos0 + off
                 j = int(w[pos])
                 p = self._part[j]
-                if feas[off]:
+                if fits:
                     if self._lazy_heads:  # someone may start: reservations needed now
                         self._materialize(t)
                         pos0 = pos
@@ -676,9 +802,11 @@ class Simulator:
                         break
                 if unreserved[p]:
                     unreserved[p] = False
+                    n_unres -= 1
                     self._lazy_heads.append(j)
                     if single:
                         unreserved[:] = False
+                        n_unres = 0
             if not refilter:
                 break
         self.resv_valid = True
@@ -867,7 +995,7 @@ class Simulator:
             self.main_dirty = False
             self._main(t)
         if self.opt.backfill and (self.bf_full or self.bf_new):
-            if not int(self.pend_count.sum()):
+            if not self._n_pending:
                 self.bf_full = False  # nothing to backfill: no pass
                 self.bf_new.clear()
                 self.resv_valid = False

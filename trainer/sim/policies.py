@@ -134,12 +134,16 @@ class Policy(ABC):
         name: Registry name.
         dynamic: Scores change while jobs wait (re-scored every calc period).
         uses_usage: The engine must track per-user usage for :attr:`ScoreContext.usage`.
+        settles_after: For a dynamic policy, seconds after its eligible time from which a
+            job's score no longer changes while it waits (the engine then re-scores
+            only the jobs younger than that); ``None``: it may change at any time.
         placement: Name of the placement in :data:`~trainer.sim.placement.PLACEMENTS`.
     """
 
     name: ClassVar[str] = ""
     dynamic: bool = False
     uses_usage: bool = False
+    settles_after: int | None = None
 
     def __init__(self, settings: PrioritySettings | None = None, placement: str = "tree"):
         if placement not in PLACEMENTS:
@@ -192,6 +196,8 @@ class Multifactor(Policy):
         super().__init__(settings, placement)
         self.dynamic = self.settings.time_dependent
         self.uses_usage = self.settings.uses_usage
+        # only the age factor moves (no fair-share): constant once it reaches max_age
+        self.settles_after = None if self.uses_usage else max(0, self.settings.max_age)
         self._static: tuple[int, np.ndarray] | None = None
 
     def static(self, jobs: JobTable, cluster: Cluster) -> np.ndarray:

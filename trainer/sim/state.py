@@ -580,8 +580,10 @@ class NodeState:
     def _idle_delta(self, nodes: np.ndarray, sign: int) -> None:
         n = int(nodes.size)
         self.busy_nodes -= sign * n
-        if n == 1:
-            self.leaf_idle[self.cluster.leaf_of[nodes[0]]] += sign
+        if n <= 8:
+            leaf_idle = self.leaf_idle
+            for k in self.cluster.leaf_of[nodes].tolist():
+                leaf_idle[k] += sign
         else:
             np.add.at(self.leaf_idle, self.cluster.leaf_of[nodes], sign)
         if self._partial.size:
