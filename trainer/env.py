@@ -127,6 +127,10 @@ class EnvConfig:
     """Bounded-slowdown threshold, s (:data:`trainer.sim.metrics.TAU`)."""
     history_jobs: int = 256
     """Earlier jobs (ended before the window starts) the user history starts from."""
+    warmup_jobs: int = 0
+    """Jobs just before the window replayed first, in the same episode, so that the
+    window does not start on an empty cluster (validation); the agent acts on them too,
+    but ``info["episode_metrics"]`` counts the window's jobs only. 0: none."""
     invalid_action: Literal["reject", "raise"] = "reject"
     """What a masked action does: ``reject`` (no change, ``-invalid_penalty``,
     ``info["invalid_action"]``) or ``raise`` (:class:`ValueError`)."""
@@ -154,6 +158,7 @@ class EnvConfig:
         need(self.tau > 0, "tau must be positive")
         need(self.fairness >= 0, "fairness must be >= 0")
         need(self.history_jobs >= 0, "history_jobs must be >= 0")
+        need(self.warmup_jobs >= 0, "warmup_jobs must be >= 0")
         need(self.frag_samples >= 1, "frag_samples must be >= 1")
         need(self.invalid_action in ("reject", "raise"),
              "invalid_action must be 'reject' or 'raise'")
@@ -258,6 +263,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._steps = 0
         self._over = True
         self._window_jobs = 0
+        self._warm = 0
         self._max_steps = 0
 
     # ------------------------------------------------------------------ properties
@@ -312,12 +318,15 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                 raise ValueError(f"options['start'] must lie in [0, {n - size}]")
         else:
             lo = int(self.np_random.integers(0, n - size + 1))
-        jobs = window(self.jobs, lo, lo + size)
+        warm = min(cfg.warmup_jobs, lo)  # rows before the window, replayed first
+        jobs = window(self.jobs, lo - warm, lo + size)
         self._stepper = Stepper(jobs, self.cluster, cfg.speed_model, reward=self.reward_fn,
-                                history=self._history(lo), norm=self.norm,
+                                history=self._history(lo - warm), norm=self.norm,
                                 samples=cfg.frag_samples)
-        self._window_jobs = size
-        self._max_steps = cfg.max_steps if cfg.max_steps is not None else 8 * size
+        self._warm = warm
+        self._window_jobs = size + warm
+        self._max_steps = (cfg.max_steps if cfg.max_steps is not None
+                           else 8 * (size + warm))
         self._steps = 0
         self._over = False
         self._phase = 0
@@ -481,15 +490,16 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
 
     def _episode_metrics(self) -> dict[str, float]:
         res = self.stepper.result()
-        pj = metrics.job_metrics(res)
+        w = self._warm  # warm-up rows lead the window (arrival order): not counted
+        pj = {k: v[w:] for k, v in metrics.job_metrics(res).items()}
         return {
-            "jobs": float(res.jobs.n),
+            "jobs": float(res.jobs.n - w),
             "bsld_mean": float(pj["bsld"].mean()),
             "wait_mean": float(pj["wait"].mean()),
             "jct_mean": float(pj["jct"].mean()),
             "effectiveness_mean": float(pj["effectiveness"].mean()),
             "jain_bsld": self.stepper.fairness(),
-            "makespan": float(res.end.max() - res.jobs.eligible.min()),
+            "makespan": float(res.end[w:].max() - res.jobs.eligible[w:].min()),
             "reward_sum": self.stepper.total_reward,
         }
 

@@ -358,3 +358,29 @@ def test_random_agents_never_over_allocate_and_finish_every_job(kind, seed, plac
     assert (res.start >= jobs.eligible).all()
     assert (res.end - res.start == jobs.run).all()  # the "none" speed model
     assert env.stepper.state.idle.all()
+
+
+def test_warmup_jobs_are_replayed_first_but_not_counted():
+    # four whole-node jobs on 4 nodes: jobs 1-2 (warm-up) take every node for 100 s, so
+    # the window's jobs 3-4, arriving at 10 s, wait 90 s behind them
+    recs = [job(1, 0, 100, 2), job(2, 0, 100, 2), job(3, 10, 50, 4), job(4, 10, 50, 4)]
+    cold = tiny_env(recs, episode_jobs=2)
+    warm = tiny_env(recs, episode_jobs=2, warmup_jobs=2)
+
+    def play(env):
+        obs, info = env.reset(seed=0, options={"start": 2})
+        done = False
+        while not done:
+            obs, _, term, trunc, info = env.step(earliest_fitting(info, 64))
+            done = term or trunc
+        return info["episode_metrics"]
+
+    m_cold, m_warm = play(cold), play(warm)
+    assert m_cold["jobs"] == m_warm["jobs"] == 2
+    assert m_cold["wait_mean"] == 25.0  # job 4 waits for job 3 (50 s): (0 + 50) / 2
+    assert m_warm["wait_mean"] == (90.0 + 140.0) / 2  # behind the warm-up jobs first
+    # a window at the table's start has nothing to warm up with
+    warm.reset(seed=0, options={"start": 0})
+    assert warm._warm == 0
+    with pytest.raises(ValueError, match="warmup_jobs"):
+        EnvConfig(warmup_jobs=-1)

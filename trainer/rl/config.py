@@ -72,6 +72,11 @@ class TrainConfig:
     val_jobs: int | None = 1000
     """Jobs of the validation episode: the first of the validation period; ``None``:
     all of it."""
+    val_warmup: int = 500
+    """Jobs just before the validation period (the end of the training period) replayed
+    first in the validation episode, so that it does not start on an empty cluster
+    (where every policy scores a bounded slowdown near 1); its metrics count the
+    validation jobs only."""
     max_jobs: int = 64
     """Pending jobs the policy sees at a decision (the env's ``max_jobs``)."""
     place: bool = False
@@ -126,6 +131,7 @@ class TrainConfig:
               "0 < train_share, 0 < val_share, train_share + val_share <= 1")
         _need(self.episode_jobs >= 1 and (self.val_jobs is None or self.val_jobs >= 1), c,
               "episode_jobs and val_jobs must be >= 1")
+        _need(self.val_warmup >= 0, c, "val_warmup must be >= 0")
         _need(self.eval_every >= 1 and self.checkpoint_every >= 1, c,
               "eval_every and checkpoint_every must be >= 1")
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
@@ -147,7 +153,8 @@ class TrainConfig:
                       place=self.place, reward=self.reward, fairness=self.fairness,
                       speed_model=self.speed_model, max_steps=self.max_steps)
         return (EnvConfig(episode_jobs=self.episode_jobs, **common),  # type: ignore[arg-type]
-                EnvConfig(episode_jobs=self.val_jobs, **common))  # type: ignore[arg-type]
+                EnvConfig(episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup,
+                          **common))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
