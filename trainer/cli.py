@@ -25,7 +25,7 @@ from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
 from .sim.speed import SPEED_MODELS
 
-__all__ = ["SimulateConfig", "compare", "resolve", "run_baselines", "simulate"]
+__all__ = ["SimulateConfig", "compare", "load_input", "resolve", "run_baselines", "simulate"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -176,41 +176,62 @@ class _Prepared:
     slurm_config: str | None
 
 
-def _prepare(cfg: SimulateConfig) -> _Prepared:
+def load_input(src: Any) -> tuple[Any, Any, Any]:
+    """The jobs and Slurm settings a command's input options name.
+
+    ``src`` has the input options as attributes (``trace`` or ``db``/``cluster``,
+    ``since``, ``window``, ``limit``, ``nodes``, ``gpus_per_node``, ``cpus_per_node``,
+    ``nodes_per_leaf``, ``config``): :class:`SimulateConfig` and ``rlsched train``'s
+    options both do.
+
+    Returns:
+        ``(load.Input, SchedulerOptions, PrioritySettings)``; Slurm's defaults without
+        ``config``.
+
+    Raises:
+        click.UsageError: If neither or both of a trace and a store cluster are given.
+        click.ClickException: On a file, store or configuration error (one line).
+    """
     from slurm_plugin.slurm.errors import SlurmError
 
     from .sim import load
     from .sim.slurm import PrioritySettings, SchedulerOptions, read_config
-    from .sim.state import Cluster, build_jobs
 
-    if (cfg.trace is None) == (cfg.cluster is None):
+    if (src.trace is None) == (src.cluster is None):
         raise click.UsageError("give either --trace FILE or --db URL --cluster NAME")
-    since = _when(cfg.since) if cfg.since else None
-    window = _span(cfg.window) if cfg.window else None
+    since = _when(src.since) if src.since else None
+    window = _span(src.window) if src.window else None
     try:
-        if cfg.trace is not None:
-            inp = load.from_trace(cfg.trace, num_nodes=cfg.nodes,
-                                  gpus_per_node=cfg.gpus_per_node,
-                                  cpus_per_node=cfg.cpus_per_node,
-                                  nodes_per_leaf=cfg.nodes_per_leaf, since=since,
-                                  window=window, limit=cfg.limit)
+        if src.trace is not None:
+            inp = load.from_trace(src.trace, num_nodes=src.nodes,
+                                  gpus_per_node=src.gpus_per_node,
+                                  cpus_per_node=src.cpus_per_node,
+                                  nodes_per_leaf=src.nodes_per_leaf, since=since,
+                                  window=window, limit=src.limit)
         else:
             from db.session import StoreError
 
             try:
-                inp = load.from_store(cfg.db, str(cfg.cluster), since=since, window=window,
-                                      limit=cfg.limit, nodes_per_leaf=cfg.nodes_per_leaf)
+                inp = load.from_store(src.db, str(src.cluster), since=since, window=window,
+                                      limit=src.limit, nodes_per_leaf=src.nodes_per_leaf)
             except StoreError as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
-    opts = SchedulerOptions()
-    prio = PrioritySettings()
-    if cfg.config:
+    opts: Any = SchedulerOptions()
+    prio: Any = PrioritySettings()
+    if src.config:
         try:
-            opts, prio, _ = read_config(cfg.config)
+            opts, prio, _ = read_config(src.config)
         except (OSError, ValueError, SlurmError) as exc:
-            raise click.ClickException(f"{cfg.config}: {exc}") from None
+            raise click.ClickException(f"{src.config}: {exc}") from None
+    return inp, opts, prio
+
+
+def _prepare(cfg: SimulateConfig) -> _Prepared:
+    from .sim.state import Cluster, build_jobs
+
+    inp, opts, prio = load_input(cfg)
     over: dict[str, Any] = {k: v for k, v in (("bf_interval", cfg.bf_interval),
                               ("bf_resolution", cfg.bf_resolution),
                               ("bf_max_job_test", cfg.bf_max_job_test)) if v is not None}

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import click
 
-from slurm_plugin.when import parse_span, parse_when
+from slurm_plugin.when import parse_span
 
 __all__ = ["AllCommand", "ImitateCommand", "RLCommand", "parse_budget", "train"]
 
@@ -269,11 +269,6 @@ def _rl_options(fn: F) -> F:
     return fn
 
 
-def _when(value: str) -> int:
-    v = value.strip()
-    return int(v) if v.isdigit() else int(parse_when(v).timestamp())
-
-
 _C = TypeVar("_C")
 
 
@@ -303,39 +298,10 @@ class _Data:
 
 
 def _load(cmd: InputOptions) -> _Data:
-    from slurm_plugin.slurm.errors import SlurmError
-
-    from .sim import load
-    from .sim.slurm import PrioritySettings, SchedulerOptions, read_config
+    from .cli import load_input
     from .sim.state import Cluster, build_jobs
 
-    if (cmd.trace is None) == (cmd.cluster is None):
-        raise click.UsageError("give either --trace FILE or --db URL --cluster NAME")
-    since = _when(cmd.since) if cmd.since else None
-    window = int(parse_span(cmd.window).total_seconds()) if cmd.window else None
-    try:
-        if cmd.trace is not None:
-            inp = load.from_trace(cmd.trace, num_nodes=cmd.nodes,
-                                  gpus_per_node=cmd.gpus_per_node,
-                                  cpus_per_node=cmd.cpus_per_node,
-                                  nodes_per_leaf=cmd.nodes_per_leaf, since=since,
-                                  window=window, limit=cmd.limit)
-        else:
-            from db.session import StoreError
-
-            try:
-                inp = load.from_store(cmd.db, str(cmd.cluster), since=since, window=window,
-                                      limit=cmd.limit, nodes_per_leaf=cmd.nodes_per_leaf)
-            except StoreError as exc:
-                raise click.ClickException(str(exc).splitlines()[0]) from None
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(str(exc).splitlines()[0]) from None
-    opts, prio = SchedulerOptions(), PrioritySettings()
-    if cmd.config:
-        try:
-            opts, prio, _ = read_config(cmd.config)
-        except (OSError, ValueError, SlurmError) as exc:
-            raise click.ClickException(f"{cmd.config}: {exc}") from None
+    inp, opts, prio = load_input(cmd)
     cluster = Cluster.from_spec(inp.spec)
     jobs = build_jobs(inp.records, cluster, default_time_limit=cmd.default_time_limit)
     if jobs.n == 0:
