@@ -45,8 +45,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -61,7 +60,7 @@ from slurm_plugin.features import Normalisation, Observation, UserHistory, featu
 from slurm_plugin.placement import candidates
 from slurm_plugin.slurm.hostlist import compress
 
-from .policy import Batch, PolicyConfig, PolicyNet, batch_tensors
+from .policy import Batch, PolicyConfig, PolicyNet, batch_tensors, deterministic_torch
 from .sim.engine import SimResult
 from .sim.observe import raw_from_sim
 from .sim.placement import Request, tree_best_fit
@@ -574,20 +573,6 @@ class ImitationReport:
         return asdict(self)
 
 
-@contextmanager
-def _torch_settings(threads: int | None) -> Iterator[None]:
-    old_threads = torch.get_num_threads()
-    old_det = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(old_det)
-        torch.set_num_threads(old_threads)
-
-
 def _loss(net: PolicyNet, items: Sequence[Decision], place_weight: float) -> torch.Tensor:
     b, target, match, has = DecisionDataset.collate(items)
     jl, pl, _ = net.forward_batch(b)
@@ -653,7 +638,7 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
     if not data["train"]:
         raise ValueError(f"no training decision (stats: {dict(rec.stats)}); more history "
                          f"or a larger train share is needed")
-    with _torch_settings(cfg.threads):
+    with deterministic_torch(cfg.threads):
         torch.manual_seed(cfg.seed)
         net = PolicyNet(PolicyConfig(hidden=cfg.hidden))
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

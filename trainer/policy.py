@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -74,6 +75,7 @@ __all__ = [
     "MASKED",
     "Batch",
     "Checkpoint",
+    "deterministic_torch",
     "PolicyConfig",
     "PolicyNet",
     "SchemaMismatchError",
@@ -624,3 +626,22 @@ class TorchPolicy(Policy):
             place = self.net.forward_batch(batch_tensors([(obs, cands, 0)]))[1][0]
         k = int(torch.argmax(place))
         return cands.nodes(k), int(cands.leaves[k])
+
+
+@contextmanager
+def deterministic_torch(threads: int | None) -> Iterator[None]:
+    """Torch with deterministic algorithms (and ``threads`` threads) inside the block.
+
+    What imitation and RL train under, so that a seed gives identical weights; the
+    previous settings come back afterwards.
+    """
+    old_threads = torch.get_num_threads()
+    old_det = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(old_det)
+        torch.set_num_threads(old_threads)

@@ -39,8 +39,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,13 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from slurm_plugin.features import Normalisation
 
-from ..policy import PolicyConfig, PolicyNet, load_checkpoint, save_checkpoint
+from ..policy import (
+    PolicyConfig,
+    PolicyNet,
+    deterministic_torch,
+    load_checkpoint,
+    save_checkpoint,
+)
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
@@ -94,20 +99,6 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
                         frag_samples=1)
     eval_cfg = replace(eval_cfg, episode_jobs=min(config.val_jobs or n_val, n_val))
     return EnvSpec(table, cluster, train_cfg, eval_cfg, norm or Normalisation(), n_train)
-
-
-@contextmanager
-def _torch_settings(threads: int | None) -> Iterator[None]:
-    old_threads = torch.get_num_threads()
-    old_det = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(old_det)
-        torch.set_num_threads(old_threads)
 
 
 @dataclass
@@ -220,7 +211,7 @@ class Trainer:
                 saved under other settings.
             FileNotFoundError: On ``resume`` when no state was saved.
         """
-        with _torch_settings(self.cfg.threads):
+        with deterministic_torch(self.cfg.threads):
             return self._run(resume)
 
     def _run(self, resume: bool) -> TrainResult:
