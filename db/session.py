@@ -15,8 +15,9 @@ raises a :class:`SchemaError` saying which of the two to run.
 
 from __future__ import annotations
 
+import math
 import os
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -128,14 +129,18 @@ def _sqlite_file(url: URL) -> Path | None:
 
 
 # ---------------------------------------------------------------------------- engines
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+#: Seconds an SQLite connection waits for another writer's lock by default.
+SQLITE_BUSY_TIMEOUT = 30.0
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_ms: int = 30000) -> None:
     cur = dbapi_conn.cursor()
     try:
         # WAL: readers do not block the writer; NORMAL is durable at checkpoints in WAL.
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         cur.execute("PRAGMA temp_store=MEMORY")
         cur.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache
         cur.execute("PRAGMA mmap_size=268435456")  # 256 MiB of the file mapped
@@ -143,12 +148,20 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur.close()
 
 
-def make_engine(url: str | None = None) -> Engine:
+def make_engine(url: str | None = None, timeout: float | None = None) -> Engine:
     """An engine for the store's database (``url`` resolved by :func:`resolve_url`).
 
     SQLite gets WAL journaling, foreign keys and pragmas for bulk inserts; PostgreSQL
     and MariaDB/MySQL get a pool that checks connections before use. Nothing connects
     until the engine is used.
+
+    Args:
+        url: The database.
+        timeout: Seconds a connection attempt, or a wait for another writer's lock, may
+            take before it fails (``None``: SQLite waits
+            :data:`SQLITE_BUSY_TIMEOUT` s, servers use their own defaults). The helper
+            sets it so that a locked or unreachable store fails its cycle quickly
+            instead of stalling it.
 
     Raises:
         StoreError: If the URL is malformed or its driver is not installed (saying which
@@ -160,16 +173,20 @@ def make_engine(url: str | None = None) -> Engine:
         backend = parsed.get_backend_name()
         if backend == "sqlite":
             engine = create_engine(parsed)
-            event.listen(engine, "connect", _sqlite_pragmas)
+            busy = SQLITE_BUSY_TIMEOUT if timeout is None else timeout
+            event.listen(engine, "connect", partial(_sqlite_pragmas, busy_ms=busy * 1000))
         else:
-            connect_args: dict[str, Any] = {}
+            connect_args: dict[str, Any] = _server_timeouts(backend, timeout)
             if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
                 parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-            if backend == "postgresql" and "options" not in parsed.query:
+            if backend == "postgresql":
                 # psycopg prepares repeated statements; a generic plan made while the
                 # jobs table was still small (a sequential scan) would then be kept for
                 # the whole ingest, which goes quadratic. Plan each execution instead.
-                connect_args["options"] = "-c plan_cache_mode=force_custom_plan"
+                # Options given in the URL win (they replace all of these).
+                opts = ["-c plan_cache_mode=force_custom_plan", connect_args.pop("options", "")]
+                if "options" not in parsed.query:
+                    connect_args["options"] = " ".join(o for o in opts if o)
             engine = create_engine(
                 parsed, pool_pre_ping=True, pool_recycle=3600, connect_args=connect_args
             )
@@ -183,6 +200,20 @@ def make_engine(url: str | None = None) -> Engine:
     except ArgumentError as exc:
         raise StoreError(f"bad database URL {display_url(resolved)}: {exc}") from None
     return engine
+
+
+def _server_timeouts(backend: str, timeout: float | None) -> dict[str, Any]:
+    """Driver arguments bounding connection and lock waits to ``timeout`` seconds."""
+    if timeout is None:
+        return {}
+    secs = max(1, math.ceil(timeout))  # both drivers take whole seconds
+    if backend == "postgresql":
+        return {"connect_timeout": max(2, secs),  # libpq treats less than 2 as 2
+                "options": f"-c lock_timeout={int(timeout * 1000)}"}  # merged by the caller
+    if backend in ("mysql", "mariadb"):
+        return {"connect_timeout": secs,
+                "init_command": f"SET SESSION innodb_lock_wait_timeout={secs}"}
+    return {}
 
 
 # ---------------------------------------------------------------------------- Alembic

@@ -372,8 +372,11 @@ class Store:
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
-    def open(cls, url: str | None = None) -> Store:
+    def open(cls, url: str | None = None, timeout: float | None = None) -> Store:
         """Open the store at ``url`` (see :func:`db.session.resolve_url`).
+
+        ``timeout`` bounds connection attempts and lock waits (see
+        :func:`db.session.make_engine`).
 
         Raises:
             NotInitialisedError: If the database has no schema (run ``rlsched db init``).
@@ -381,7 +384,7 @@ class Store:
             ConnectError: If the database cannot be reached.
             StoreError: If the URL is malformed or its driver missing.
         """
-        engine = make_engine(url)
+        engine = make_engine(url, timeout)
         try:
             check_schema(engine)
         except BaseException:

@@ -118,12 +118,18 @@ class StoreAudit:
         url: Database URL or SQLite path (``None``/``""``: ``$RLSCHED_DB`` or the default).
         cluster: Cluster name the entries belong to (created in the store if new), or a
             function returning it once known (the helper learns it from Slurm).
+        timeout: Seconds a connection or a wait for another writer's lock may take
+            (``None``: the store's defaults; SQLite waits 30 s). The helper bounds it so
+            that a locked or unreachable store fails the cycle quickly, before any change
+            is applied (a change is never made without its audit record).
     """
 
     def __init__(self, url: str | None,
-                 cluster: str | Callable[[], str | None] | None = None) -> None:
+                 cluster: str | Callable[[], str | None] | None = None,
+                 timeout: float | None = None) -> None:
         self.url = url or None
         self.cluster = cluster
+        self.timeout = timeout
         self._store: Any = None
         self._cluster_id: int | None = None
 
@@ -140,7 +146,7 @@ class StoreAudit:
             from db.session import resolve_url
             from db.store import Store
 
-            self._store = Store.open(resolve_url(self.url))
+            self._store = Store.open(resolve_url(self.url), timeout=self.timeout)
         if self._cluster_id is None:
             name = self._cluster_name()
             if name:

@@ -113,7 +113,7 @@ def _make(cfg: HelperConfig, log: EventLog, metrics: Metrics | None = None
     client = make_client(cfg.slurm_backend, timeout=cfg.slurm_timeout)
     holder: dict[str, Helper] = {}
     audit = StoreAudit(cfg.store, cluster=lambda: holder["h"].cluster_name
-                       if "h" in holder else (cfg.cluster or None))
+                       if "h" in holder else (cfg.cluster or None), timeout=cfg.store_timeout)
     try:
         helper_ = Helper(cfg, client=client, audit=audit, log=log, metrics=metrics,
                          history_source=audit.history)

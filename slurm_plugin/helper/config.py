@@ -90,6 +90,10 @@ class HelperConfig:
                                 kind="duration")
     store: str = _key("", "The store for the audit log and job history: a database URL or"
                       " SQLite path (empty: $RLSCHED_DB, else the default SQLite file).")
+    store_timeout: float = _key(5.0, "Seconds the store may take to connect or to grant a"
+                                " write lock; a slower store fails the cycle before any"
+                                " change is made (none without its audit record) and the"
+                                " helper backs off.", kind="duration")
     cluster: str = _key("", "Cluster name in the store (empty: Slurm's ClusterName).")
     state_file: str = _key("/var/lib/rlsched/helper-state.json", "The helper's state file"
                            " (last cycle, counters, the values it set, steered jobs).")
@@ -172,8 +176,8 @@ class HelperConfig:
         if not -SITE_FACTOR_LIMIT <= self.band_lo < self.band_hi <= SITE_FACTOR_LIMIT:
             raise ConfigError(f"band_lo ({self.band_lo}) must be below band_hi"
                               f" ({self.band_hi}), both within ±{SITE_FACTOR_LIMIT}")
-        positive = ("interval", "slurm_timeout", "hint_timeout", "starvation_limit",
-                    "history_refresh")
+        positive = ("interval", "slurm_timeout", "store_timeout", "hint_timeout",
+                    "starvation_limit", "history_refresh")
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive (got {getattr(self, name)})")

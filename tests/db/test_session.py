@@ -165,3 +165,23 @@ def test_migrations_are_shipped_with_the_package():
     assert (here / "__init__.py").is_file() and (here / "versions" / "__init__.py").is_file()
     setup_cfg = (Path(__file__).parents[2] / "setup.cfg").read_text()
     assert "migrations/*.mako" in setup_cfg
+
+
+def test_timeout_bounds_lock_waits(store_url):
+    """A writer blocked by another one gives up after ``timeout`` (the helper's store)."""
+    import time
+
+    from sqlalchemy.exc import DBAPIError
+
+    update = text("UPDATE clusters SET name = name WHERE id = :i")
+    with Store.open(store_url) as a, Store.open(store_url, timeout=1.0) as b:
+        cid = a.cluster("locked")
+        with a.engine.begin() as holder:
+            holder.execute(update, {"i": cid})  # holds the row (SQLite: the database)
+            t = time.monotonic()
+            with pytest.raises(DBAPIError), b.engine.begin() as waiter:
+                waiter.execute(update, {"i": cid})
+            waited = time.monotonic() - t
+        assert 0.5 < waited < 5.0, waited
+        with b.engine.begin() as waiter:  # released: goes through
+            waiter.execute(update, {"i": cid})
