@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,14 @@ def slurm(cluster: str) -> Iterator[CliSlurmClient]:
     _cancel_all()
     yield CliSlurmClient(timeout=30)
     _cancel_all()
+
+
+@pytest.fixture(scope="session")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The helper tests' tiny ONNX policy (shortest time limit first), built once."""
+    from .helper_util import model_file
+
+    return model_file(tmp_path_factory.mktemp("model"))
 
 
 Submit = Callable[..., int]

@@ -7,7 +7,8 @@ candidate node sets within one leaf switch. The store is a fresh SQLite file.
 
 from __future__ import annotations
 
-import io
+import hashlib
+import json
 import os
 import signal
 import socket
@@ -15,161 +16,158 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 
-from db.session import init_db
-from slurm_plugin.helper.actuate import StoreAudit
-from slurm_plugin.helper.config import HelperConfig
-from slurm_plugin.helper.cycle import Helper
 from slurm_plugin.helper.hint import HintServer
-from slurm_plugin.helper.logs import EventLog
 from slurm_plugin.helper.state import HelperState
-from slurm_plugin.slurm.cli_backend import CliSlurmClient
+from slurm_plugin.model import card_path
 
 from .conftest import Submit, wait_for
+from .helper_util import (
+    ROOT,
+    events,
+    job_of,
+    make_helper,
+    running,
+    scancel,
+    site_factors,
+    start_times,
+    write_config,
+)
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 LEAVES = [{f"node{i:02d}" for i in range(k, k + 4)} for k in (1, 5, 9, 13)]
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    pytest.importorskip("torch")
-    pytest.importorskip("onnx")
-    from tests.onnx_fixture import build_model
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return build_model(tmp_path_factory.mktemp("model"))
-
-
-def make_helper(tmp_path: Path, model: Path, **cfg) -> tuple[Helper, io.StringIO]:
-    store = tmp_path / "store.db"
-    init_db(f"sqlite:///{store}")
-    base = dict(model=str(model), state_file=str(tmp_path / "state.json"), store=str(store),
-                mode="enforce", steering="none", interval=2.0, history_days=0)
-    base.update(cfg)
-    conf = HelperConfig(**base).validate()
-    client = CliSlurmClient(timeout=conf.slurm_timeout)
-    audit = StoreAudit(conf.store, cluster="testcluster")
-    log = io.StringIO()
-    return Helper(conf, client=client, audit=audit, log=EventLog(log, level="debug")), log
-
-
-def _job(slurm: CliSlurmClient, job_id: int):
-    return next((j for j in slurm.jobs() if j.job_id == job_id), None)
-
-
-def _running(slurm: CliSlurmClient, job_id: int):
-    j = _job(slurm, job_id)
-    return j if j is not None and j.is_running else None
-
-
-def _start_times(ids: list[int]) -> dict[int, int]:
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Start", "-j",
-                          ",".join(map(str, ids))], capture_output=True, text=True, timeout=30,
-                         env=dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="%s"))
-    got = {}
-    for line in out.stdout.splitlines():
-        jid, _, start = line.partition("|")
-        if jid.isdigit() and start.strip().isdigit():
-            got[int(jid)] = int(start)
-    return got
-
-
-def _scancel(job_id: int) -> None:
-    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=30)
 
 
 def test_enforce_reorders_the_queue_into_the_policys_order(slurm, submit: Submit, model,
                                                           tmp_path):
     blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+    wait_for(lambda: running(slurm, blocker), what="blocker to start")
     # submitted longest limit first: Slurm alone (age) would start them in this order
     limits = [50, 40, 30, 20, 10]
     ids = [submit("-N", "16", "--exclusive", "-t", str(m), sleep=2, name=f"q{m}")
            for m in limits]
-    wait_for(lambda: all(_job(slurm, i) and _job(slurm, i).site_factor is not None
+    wait_for(lambda: all(job_of(slurm, i) and job_of(slurm, i).site_factor is not None
                          for i in ids), what="sprio to list the queue")
     helper, log = make_helper(tmp_path, model)
     rep = helper.run_once()
     assert rep.ok, (rep.error, log.getvalue())
     policy = list(reversed(ids))  # shortest limit first
     want = dict(zip(policy, [100000, 75000, 50000, 25000, 0], strict=True))
-    got = {i: _job(slurm, i).site_factor for i in ids}
+    got = {i: job_of(slurm, i).site_factor for i in ids}
     assert got == want
     entries = helper.audit.store().audit_log(None, mode="enforce")
     assert {(e.job_id, e.new_value) for e in entries} == {
         (i, str(v)) for i, v in want.items() if v}
     assert all(e.model_sha == helper.model.sha256 for e in entries)
-    _scancel(blocker)
-    wait_for(lambda: not any(_job(slurm, i) for i in ids), timeout=120,
+    scancel(blocker)
+    wait_for(lambda: not any(job_of(slurm, i) for i in ids), timeout=120,
              what="the queue to drain")
-    starts = _start_times(ids)
+    starts = start_times(ids)
     assert sorted(ids, key=lambda i: (starts[i], i)) == policy
 
 
 def test_steered_multinode_job_lands_within_one_leaf(slurm, submit: Submit, model, tmp_path):
     a = submit("-N", "8", "--exclusive", "-w", "node[01-08]", "-t", "10", name="half")
-    wait_for(lambda: _running(slurm, a), what="the half-cluster job to start")
+    wait_for(lambda: running(slurm, a), what="the half-cluster job to start")
     b = submit("-N", "16", "--exclusive", "-t", "5", name="whole")       # waits for a
     c = submit("-N", "4", "--exclusive", "-t", "30", sleep=60, name="four")  # fits, but
     # backfill may not start it: it would delay b
-    wait_for(lambda: _job(slurm, c) and _job(slurm, c).is_pending, what="c pending")
+    wait_for(lambda: job_of(slurm, c) and job_of(slurm, c).is_pending, what="c pending")
     helper, log = make_helper(tmp_path, model, steering="reqnodes", steer_jobs=2,
                               steer_min_nodes=2, rollback_cycles=50)
     rep = helper.run_once()
     assert rep.ok, (rep.error, log.getvalue())
-    job_c = _job(slurm, c)
+    job_c = job_of(slurm, c)
     if job_c.is_running:  # Slurm started it in between: the helper must not have touched it
         assert c not in helper.state.enforced.steer
         pytest.skip("the backfill scheduler started the job before the helper could steer it")
     req = set(job_c.required_nodes)
     assert len(req) == 4 and any(req == leaf for leaf in LEAVES[2:]), req
-    _scancel(b)
-    _scancel(a)
-    run_c = wait_for(lambda: _running(slurm, c), timeout=60, what="c to start")
+    scancel(b)
+    scancel(a)
+    run_c = wait_for(lambda: running(slurm, c), timeout=60, what="c to start")
     assert set(run_c.nodes) == req  # landed where it was steered: one leaf switch
     helper.run_once()
     assert c not in helper.state.enforced.steer  # started: forgotten, never touched again
 
 
+def _bad_model(kind: str, model: Path, d: Path) -> tuple[Path, dict, str]:
+    """A broken copy of ``model``: (path, extra configuration, what the refusal says)."""
+    path, card = d / "model.onnx", json.loads(card_path(model).read_text())
+    data, extra = model.read_bytes(), {}
+    if kind == "missing":
+        return d / "absent.onnx", {}, "not found"
+    if kind == "corrupt":  # the card matches, the file is no ONNX model
+        data = b"\x08\x07 not an ONNX model \xff" * 40
+        card["sha256"] = hashlib.sha256(data).hexdigest()
+        want = "is not an ONNX file"
+    elif kind == "wrong-sha":  # the file changed after its card was written
+        data += b"\x00"
+        want = "the card says"
+    elif kind == "pinned-sha":  # a valid model, but not the one the configuration pins
+        extra = {"model_sha256": "0" * 64}
+        want = "the configuration pins"
+    else:  # trained with another feature schema version
+        card["schema_version"] += 1
+        want = "feature schema version"
+    path.write_bytes(data)
+    card_path(path).write_text(json.dumps(card))
+    return path, extra, want
+
+
+@pytest.mark.parametrize("kind", ["missing", "corrupt", "wrong-sha", "pinned-sha",
+                                  "schema-version"])
 def test_bad_model_changes_nothing_and_slurm_keeps_scheduling(slurm, submit: Submit, model,
-                                                              tmp_path):
-    bad = tmp_path / "model.onnx"
-    bad.write_bytes(model.read_bytes() + b"\x00")
-    (tmp_path / "model.onnx.card.json").write_text(
-        Path(str(model) + ".card.json").read_text())
+                                                              tmp_path, kind):
+    bad, extra, want = _bad_model(kind, model, tmp_path)
     blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+    wait_for(lambda: running(slurm, blocker), what="blocker to start")
     ids = [submit("-N", "1", "-t", str(m), sleep=1) for m in (30, 10)]
-    helper, log = make_helper(tmp_path, bad)
-    rep = helper.run_once()
-    assert not rep.ok and "sha256" in rep.error
-    assert "model_refused" in log.getvalue()
-    assert all((_job(slurm, i).site_factor or 0) == 0 for i in ids)
+    wait_for(lambda: all(job_of(slurm, i).site_factor is not None for i in ids), what="sprio")
+    helper, log = make_helper(tmp_path, bad, **extra)
+    for _ in range(2):
+        rep = helper.run_once()
+        assert not rep.ok and want in rep.error, rep.error
+    refused = events(log.getvalue(), "model_refused")
+    assert len(refused) == 1 and want in refused[0]["reason"]  # once per model file
+    assert len(events(log.getvalue(), "cycle_failed")) == 2
+    assert helper.next_delay() == 8.0  # backing off
+    # `helper run` in enforce mode refuses to enforce and says why, then stays idle
+    cfg = write_config(tmp_path / "cli", bad, mode="enforce", interval=0.2, **extra)
+    err = tmp_path / "run.err"
+    with err.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "slurm_plugin", "helper", "run",
+                                 "--config", str(cfg)], cwd=ROOT, stderr=f)
+    try:
+        wait_for(lambda: len(events(err.read_text(), "cycle_failed")) >= 2, timeout=60,
+                 what="two idle cycles of `helper run`")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    refusal = events(err.read_text(), "enforce_refused")
+    assert len(refusal) == 1 and want in refusal[0]["reason"], err.read_text()
+    assert all(v == 0 for v in site_factors(slurm, ids).values())
     assert helper.audit.store().audit_log(None) == []
-    _scancel(blocker)
+    scancel(blocker)
     for i in ids:  # Slurm schedules on its own
-        wait_for(lambda i=i: _job(slurm, i) is None or _job(slurm, i).is_running, timeout=60,
+        wait_for(lambda i=i: job_of(slurm, i) is None or job_of(slurm, i).is_running, timeout=60,
                  what=f"job {i} to start")
 
 
 def test_slurm_commands_timing_out_fail_open(slurm, submit: Submit, model, tmp_path):
     blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+    wait_for(lambda: running(slurm, blocker), what="blocker to start")
     ids = [submit("-N", "1", "-t", str(m)) for m in (30, 10)]
     helper, log = make_helper(tmp_path, model, slurm_timeout=0.001)
     rep = helper.run_once()
     assert not rep.ok and "timed out" in rep.error
     assert helper.next_delay() == 4.0  # backing off
-    assert all((_job(slurm, i).site_factor or 0) == 0 for i in ids)
-    assert all(_job(slurm, i).is_pending for i in ids)  # nothing cancelled or held
+    assert all((job_of(slurm, i).site_factor or 0) == 0 for i in ids)
+    assert all(job_of(slurm, i).is_pending for i in ids)  # nothing cancelled or held
     helper.client.timeout = 30.0
     rep = helper.run_once()
     assert rep.ok, rep.error
@@ -178,13 +176,9 @@ def test_slurm_commands_timing_out_fail_open(slurm, submit: Submit, model, tmp_p
 
 def test_killed_mid_run_loses_nothing(slurm, submit: Submit, model, tmp_path):
     blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+    wait_for(lambda: running(slurm, blocker), what="blocker to start")
     ids = [submit("-N", "1", "-t", str(m)) for m in (40, 30, 20, 10)]
-    init_db(f"sqlite:///{tmp_path / 'store.db'}")
-    cfg = tmp_path / "helper.toml"
-    cfg.write_text(f'mode = "enforce"\nmodel = "{model}"\nstate_file = "{tmp_path}/state.json"\n'
-                   f'store = "{tmp_path}/store.db"\ninterval = 0.2\nhistory_days = 0\n')
-    cfg.chmod(0o640)
+    cfg = write_config(tmp_path, model, mode="enforce", interval=0.2)
     proc = subprocess.Popen([sys.executable, "-m", "slurm_plugin", "helper", "run", "--config",
                              str(cfg)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
@@ -204,18 +198,14 @@ def test_killed_mid_run_loses_nothing(slurm, submit: Submit, model, tmp_path):
 
 def test_shadow_cli_changes_nothing(slurm, submit: Submit, model, tmp_path):
     blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+    wait_for(lambda: running(slurm, blocker), what="blocker to start")
     ids = [submit("-N", "1", "-t", str(m)) for m in (30, 10)]
-    init_db(f"sqlite:///{tmp_path / 'store.db'}")
-    cfg = tmp_path / "helper.toml"
-    cfg.write_text(f'model = "{model}"\nstate_file = "{tmp_path}/state.json"\n'
-                   f'store = "{tmp_path}/store.db"\nhistory_days = 0\n')
-    cfg.chmod(0o640)
+    cfg = write_config(tmp_path, model)
     out = subprocess.run([sys.executable, "-m", "slurm_plugin", "helper", "once", "--config",
                           str(cfg)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "would be made" in out.stdout
-    assert all((_job(slurm, i).site_factor or 0) == 0 for i in ids)
+    assert all((job_of(slurm, i).site_factor or 0) == 0 for i in ids)
 
 
 # ---------------------------------------------------------------------------- job_submit
@@ -246,8 +236,8 @@ def lua_script(cluster):
 
 def test_job_submit_hint_up_garbage_slow_down(slurm, submit: Submit, lua_script):
     def site(job_id):
-        return wait_for(lambda: _job(slurm, job_id) and _job(slurm, job_id).site_factor
-                        is not None and (_job(slurm, job_id).site_factor,), what="sprio")[0]
+        return wait_for(lambda: job_of(slurm, job_id) and job_of(slurm, job_id).site_factor
+                        is not None and (job_of(slurm, job_id).site_factor,), what="sprio")[0]
 
     # up: the helper's answer becomes the job's site factor. The server starts before the
     # first submission: a failed connection makes the script skip the helper for BACKOFF
@@ -256,7 +246,7 @@ def test_job_submit_hint_up_garbage_slow_down(slurm, submit: Submit, lua_script)
     srv.start()
     try:
         blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
-        wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+        wait_for(lambda: running(slurm, blocker), what="blocker to start")
         assert site(submit("-N", "2", "-t", "5", name="hint-up")) == 4242
     finally:
         srv.stop()
