@@ -21,16 +21,18 @@ A cycle (:meth:`Helper.cycle`):
 :meth:`Helper.run_once` runs a cycle and never raises: any error is logged in one JSON
 line, counted, and leaves Slurm as it was (fail open). :func:`run_forever` repeats it
 every ``interval`` seconds, doubling the wait after each failed cycle up to
-``backoff_max``, on a monotonic clock (wall-clock jumps change nothing but the ages the
-features see).
+``backoff_max``, on a monotonic clock. Wall-clock jumps (an NTP step, ``date -s``) are
+detected by :class:`ClockWatch` and kept out of the ages of jobs seen before them: a
+forward jump of hours does not make every job look starved, a backward one gives no
+negative waits; rollbacks count cycles, not seconds.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,8 +50,8 @@ from .logs import EventLog
 from .metrics import Metrics
 from .state import HelperState, Section, Steering
 
-__all__ = ["NOT_SCHEDULABLE", "CycleReport", "Helper", "ModelUnavailable", "run_forever",
-           "schedulable"]
+__all__ = ["NOT_SCHEDULABLE", "ClockWatch", "CycleReport", "Helper", "ModelUnavailable",
+           "run_forever", "schedulable"]
 
 #: Pending reasons under which the helper leaves a job alone (held or not yet eligible).
 NOT_SCHEDULABLE = frozenset({
@@ -73,6 +75,60 @@ class ModelUnavailable(RuntimeError):
 def schedulable(job: SlurmJob) -> bool:
     """A pending job the helper may rank: not held, not waiting on a dependency or time."""
     return job.is_pending and job.priority > 0 and job.state_reason not in NOT_SCHEDULABLE
+
+
+class ClockWatch:
+    """Wall-clock jumps between cycles, and the job times they displaced.
+
+    Between two cycles the wall clock and the monotonic clock advance alike; a
+    difference beyond ``tolerance`` seconds is a jump of the wall clock, added to
+    :attr:`total`. Each job remembers :attr:`total` when first seen: its timestamps
+    (submit, eligible, start) were taken on the clock of then, so ``total - seen`` moves
+    them onto today's clock and its wait stays the real one. Jobs first seen after a
+    helper restart (the memory is not saved), or in the cycle that sees the jump, carry
+    no correction.
+
+    Args:
+        tolerance: Smallest difference counted as a jump, seconds (NTP slewing moves the
+            wall clock by at most 0.5 ms/s, far below it).
+    """
+
+    def __init__(self, tolerance: float = 10.0) -> None:
+        self.tolerance = tolerance
+        #: Sum of the jumps seen so far, seconds.
+        self.total = 0.0
+        self._last: tuple[float, float] | None = None
+        self._seen: dict[int, float] = {}
+
+    def observe(self, wall: float, mono: float) -> float:
+        """Record the clocks at the start of a cycle; return the jump since the last one."""
+        jump = 0.0
+        if self._last is not None:
+            drift = (wall - self._last[0]) - (mono - self._last[1])
+            if abs(drift) >= self.tolerance:
+                jump = drift
+                self.total += drift
+        self._last = (wall, mono)
+        return jump
+
+    def shifts(self, job_ids: Iterable[int]) -> dict[int, int]:
+        """Seconds to add to each job's timestamps (non-zero ones only); forgets the rest."""
+        seen = {j: self._seen.get(j, self.total) for j in job_ids}
+        self._seen = seen
+        return {j: d for j, t in seen.items() if (d := round(self.total - t))}
+
+    def correct(self, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
+        """The jobs with their timestamps moved onto the current wall clock."""
+        shift = self.shifts(j.job_id for j in jobs)
+        if not shift:
+            return list(jobs)
+        return [_shifted(j, shift[j.job_id]) if j.job_id in shift else j for j in jobs]
+
+
+def _shifted(job: SlurmJob, d: int) -> SlurmJob:
+    return replace(job, submit_time=job.submit_time + d,
+                   eligible_time=None if job.eligible_time is None else job.eligible_time + d,
+                   start_time=None if job.start_time is None else job.start_time + d)
 
 
 @dataclass
@@ -137,7 +193,8 @@ class Helper:
         history_source: ``(cluster name, since epoch s) -> finished jobs`` as tuples
             ``(user, end, run, limit, cpus, nodes)``, for the per-user estimates
             (``None``: no history).
-        clock: Wall clock.
+        clock: Wall clock (ages, audit times).
+        monotonic: Monotonic clock (intervals; detects jumps of ``clock``).
         loader: Model loader (:func:`slurm_plugin.model.load_model`).
     """
 
@@ -145,6 +202,7 @@ class Helper:
                  log: EventLog | None = None, metrics: Metrics | None = None,
                  history_source: Callable[[str, int], Sequence[tuple[Any, ...]]] | None = None,
                  clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic,
                  loader: Callable[..., LoadedModel] = load_model) -> None:
         self.cfg = cfg
         self.client = client
@@ -153,6 +211,8 @@ class Helper:
         self.metrics = metrics or Metrics()
         self.history_source = history_source
         self.clock = clock
+        self.monotonic = monotonic
+        self.clock_watch = ClockWatch()
         self.loader = loader
         self.state = HelperState.load(cfg.state_file)
         self.model: LoadedModel | None = None
@@ -205,9 +265,9 @@ class Helper:
 
     # ------------------------------------------------------------------ history
     def _refresh_history(self, norm: Normalisation, tree: SwitchTree) -> UserHistory:
-        now = self.clock()
-        due = (self._history is None or self._history_norm != norm
-               or self._history_at is None or now - self._history_at >= self.cfg.history_refresh)
+        now, mono = self.clock(), self.monotonic()
+        due = (self._history is None or self._history_norm != norm or self._history_at is None
+               or mono - self._history_at >= self.cfg.history_refresh)
         if not due and self._history is not None:
             return self._history
         hist = UserHistory(norm)
@@ -225,7 +285,7 @@ class Helper:
                                  effect="per-user estimates use defaults this cycle")
                 if self._history is not None and self._history_norm == norm:
                     return self._history
-        self._history, self._history_at, self._history_norm = hist, now, norm
+        self._history, self._history_at, self._history_norm = hist, mono, norm
         return hist
 
     # ------------------------------------------------------------------ steering upkeep
@@ -256,13 +316,18 @@ class Helper:
     def cycle(self) -> CycleReport:
         """One cycle (see the module docstring); raises on any failure."""
         t0 = time.perf_counter()
-        now = int(self.clock())
+        wall = self.clock()
+        now = int(wall)
+        jump = self.clock_watch.observe(wall, self.monotonic())
+        if jump:
+            self.log.warning("clock_jump", seconds=round(jump, 1),
+                             effect="ages of jobs seen before it are corrected by it")
         cfg = self.cfg
         enforce = cfg.enforce
         rep = CycleReport(at=now, mode=cfg.mode)
         timings = rep.timings
 
-        jobs = self.client.jobs((PENDING, RUNNING))
+        jobs = self.clock_watch.correct(self.client.jobs((PENDING, RUNNING)))
         nodes = self.client.nodes()
         self._last_nodes = nodes
         tree = self.client.topology()
@@ -320,7 +385,7 @@ class Helper:
 
             t3 = time.perf_counter()
             rule = cfg.rule()
-            waited = (now - jobs_raw.eligible).astype(np.float64)
+            waited = np.maximum(now - jobs_raw.eligible, 0).astype(np.float64)
             order = decide.policy_order(scores, jobs_raw.eligible, jobs_raw.job_id)
             values, starving = decide.targets(scores, waited, rule)
             current = np.array([self._current(sec, pending[i], enforce)

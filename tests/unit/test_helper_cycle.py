@@ -15,7 +15,7 @@ import pytest
 
 from slurm_plugin.helper.actuate import MemoryAudit
 from slurm_plugin.helper.config import HelperConfig
-from slurm_plugin.helper.cycle import Helper
+from slurm_plugin.helper.cycle import ClockWatch, Helper
 from slurm_plugin.helper.logs import EventLog
 from slurm_plugin.helper.state import HelperState
 from slurm_plugin.model import ModelError
@@ -354,3 +354,49 @@ def test_shadow_rollback_is_virtual(tmp_path):
     assert kinds == [("shadow", 10, "req_nodes", "node[01-04]"),
                      ("shadow", 10, "req_nodes", None), ("shadow", 11, "req_nodes", "node[01-02]")]
     assert dataclasses.asdict(h.state.enforced) == {"site": {}, "steer": {}, "rolled_back": {}}
+
+
+def test_clock_watch_moves_times_of_jobs_seen_before_a_jump():
+    w = ClockWatch(tolerance=10.0)
+    assert w.observe(1000.0, 5.0) == 0.0
+    assert w.shifts([1, 2]) == {}
+    assert w.observe(1015.0 + 3.0, 20.0) == 0.0  # 3 s of drift: below the tolerance
+    assert w.observe(1033.0 + 7200.0, 35.0) == pytest.approx(7200.0)  # +2 h step
+    assert w.shifts([1, 3]) == {1: 7200}  # 3 is new (no correction); 2 left: forgotten
+    assert w.observe(1048.0, 50.0) == pytest.approx(-7200.0)  # and back again
+    assert w.shifts([1, 3, 2]) == {3: -7200}
+    job = mk_job(3, start=NOW - 5)
+    moved = w.correct([job])[0]
+    assert (moved.submit_time, moved.eligible_time, moved.start_time) == (
+        job.submit_time - 7200, job.eligible_time - 7200, NOW - 5 - 7200)
+
+
+def test_clock_jumps_cause_no_starvation_storm_and_no_negative_waits(tmp_path):
+    wall, mono = [float(NOW)], [100.0]
+    jobs = three_jobs()  # waited 600 s each
+    h, client, _, stream = make(tmp_path, jobs, mode="enforce", starvation_limit=3600.0)
+    h.clock, h.monotonic = (lambda: wall[0]), (lambda: mono[0])
+    assert h.run_once().ok
+    first = dict(site_calls(client))
+    for step in (3 * 3600.0, -5 * 3600.0):  # forward 3 h, then 2 h behind the start
+        wall[0] += 10.0 + step
+        mono[0] += 10.0
+        rep = h.run_once()
+        assert rep.ok, rep.error
+        assert rep.changes == []  # nobody starves, nothing moves
+        assert h.next_delay() == 10.0
+    assert dict(site_calls(client)) == first
+    jumps = [json.loads(x) for x in stream.getvalue().splitlines() if "clock_jump" in x]
+    assert [j["seconds"] for j in jumps] == [10800.0, -18000.0]
+    # a job first seen now, stamped 2 h ahead of the helper's clock: waited 0, not -2 h
+    client._jobs[4] = dataclasses.replace(mk_job(4, limit=30), submit_time=NOW + 7200,
+                                          eligible_time=NOW + 7200)
+    wall[0] += 10.0
+    mono[0] += 10.0
+    rep = h.run_once()
+    assert rep.ok and all(c.reason == "policy" for c in rep.changes)
+    # a real wait is still a real wait: 1 h later on both clocks, job 1 starves
+    wall[0] += 3000.0
+    mono[0] += 3000.0
+    rep = h.run_once()
+    assert {c.job_id for c in rep.changes if c.reason == "starvation"} == {1, 2, 3}
