@@ -174,7 +174,7 @@ def make_engine(url: str | None = None, timeout: float | None = None) -> Engine:
         if backend == "sqlite":
             engine = create_engine(parsed)
             busy = SQLITE_BUSY_TIMEOUT if timeout is None else timeout
-            event.listen(engine, "connect", partial(_sqlite_pragmas, busy_ms=busy * 1000))
+            event.listen(engine, "connect", partial(_sqlite_pragmas, busy_ms=int(busy * 1000)))
         else:
             connect_args: dict[str, Any] = _server_timeouts(backend, timeout)
             if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
