@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -109,3 +110,84 @@ def wait_for(pred: Callable[[], object], timeout: float = 30.0, what: str = "") 
         if time.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------- slurmctld
+class Slurmctld:
+    """The test cluster's slurmctld, stopped and started as contrib/testcluster/up does.
+
+    Found from the running configuration, so it works on whichever test cluster
+    ``SLURM_CONF`` points at: ``StateSaveLocation`` is ``$BASE/run/ctld``, and ``up``
+    records the daemon it started in ``$BASE/run/pids/slurmctld.pid`` (``PID program``).
+    Only that recorded process is ever signalled; :meth:`start` runs ``slurmctld -D -i``
+    (recovering the saved jobs) in its own session and records it there again, so that
+    ``contrib/testcluster/down`` still finds it.
+    """
+
+    def __init__(self) -> None:
+        cfg = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                             timeout=30).stdout
+        keys = dict(ln.split("=", 1) for ln in cfg.splitlines() if " = " in ln)
+        keys = {k.strip(): v.strip() for k, v in keys.items()}
+        self.conf = keys["SLURM_CONF"]
+        run = Path(keys["StateSaveLocation"]).parent
+        self.pid_file = run / "pids" / "slurmctld.pid"
+        self.stdout = run / "log" / "slurmctld.stdout"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def pid(self) -> int | None:
+        """The recorded slurmctld's PID if that process is alive and is slurmctld."""
+        try:
+            pid, prog = self.pid_file.read_text().split()[:2]
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError):
+            return None
+        ok = prog == "slurmctld" and Path(argv0).name == "slurmctld" and stat not in "ZXx"
+        return int(pid) if ok else None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the recorded slurmctld and wait until it is gone."""
+        pid = self.pid()
+        assert pid is not None, f"no live slurmctld recorded in {self.pid_file}"
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: self.pid() is None, timeout, "slurmctld to stop")
+        if self._proc is not None:
+            self._proc.wait(timeout=5)  # one this object started: reap it
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start slurmctld as ``up`` does and wait until it answers and the nodes respond."""
+        with self.stdout.open("ab") as out:
+            self._proc = subprocess.Popen(
+                ["/usr/sbin/slurmctld", "-D", "-i"], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=out, env=dict(os.environ, SLURM_CONF=self.conf),
+                start_new_session=True)
+        self.pid_file.write_text(f"{self._proc.pid} slurmctld\n")
+        wait_for(lambda: "UP" in subprocess.run(["scontrol", "ping"], capture_output=True,
+                                                text=True, timeout=10).stdout,
+                 timeout, "slurmctld to answer")
+        wait_for(_nodes_respond, timeout, "the nodes to respond")
+
+
+def _nodes_respond() -> bool:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True,
+                         timeout=30).stdout.split()
+    return bool(out) and not any(s.endswith("*") or s.startswith(("down", "drain", "unk"))
+                                 for s in out)
+
+
+@pytest.fixture()
+def slurmctld(cluster: str) -> Iterator[Slurmctld]:
+    """Control of the cluster's slurmctld; it runs again after the test, whatever happened."""
+    ctl = Slurmctld()
+    if ctl.pid() is None:
+        why = (f"{ctl.pid_file} names no live slurmctld: this test stops and restarts the"
+               " slurmctld that contrib/testcluster/up started")
+        if os.environ.get("RLSCHED_REQUIRE_CLUSTER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    try:
+        yield ctl
+    finally:
+        if ctl.pid() is None:
+            ctl.start()
