@@ -436,14 +436,22 @@ class AuditCheck:
         changes: Changes in effect (``enforce`` entries without a ``failed`` twin) per
             field.
         foreign: Audited job ids that are not the run's.
-        after_start: Jobs with a change in effect recorded after their start.
+        after_start: Jobs with a change in effect recorded after their start that no
+            race explains: a node list (the client checks the job is pending first), or
+            a site factor more than one cycle (``interval`` + 1 s) after the start.
+        raced: Jobs whose site factor was set in the cycle during which they started
+            (read pending, started before the write; Slurm accepts a site factor on a
+            running job, where it changes nothing): counted, not a failure.
         steered: Jobs whose last steering was in effect when they started.
         off_steer: Of them, jobs that ran on a node outside their steered set.
         samples: Queue samples compared.
+        shown: Of them, samples showing a non-zero site factor.
         unexplained: Samples showing a site factor the audit log never set on that job
             by then: ``(job, site factor)``.
         settled: Share of samples of jobs the helper had set, at least one cycle
-            earlier, whose site factor equals the last value the audit log set.
+            earlier, whose site factor equals the last value the audit log set (a
+            figure, not a check: a cycle that changes many jobs applies them one
+            ``scontrol update`` at a time, seconds after the audit under load).
         left_behind: What ``rlsched helper reset`` would still undo after the run.
     """
 
@@ -451,9 +459,11 @@ class AuditCheck:
     changes: dict[str, int]
     foreign: list[int]
     after_start: list[int]
+    raced: list[int]
     steered: int
     off_steer: list[int]
     samples: int
+    shown: int
     unexplained: list[tuple[int, int]]
     settled: float | None
     left_behind: int
@@ -485,7 +495,10 @@ def check_audit(entries: Sequence[Any], records: Sequence[Any], run_ids: Iterabl
 
     A change counts as in effect unless a ``failed`` entry of the same job, field and
     value follows it (Slurm refused it). Audit times and sacct times are whole seconds,
-    so "after the start" means a later second.
+    so "after the start" means a later second. A cycle reads the queue, then decides,
+    audits and applies: a job that starts in between gets its site factor after its
+    start (``raced``); a later change would mean the helper changed a job it saw
+    running (``after_start``).
     """
     from slurm_plugin.helper.actuate import parse_nodes
 
@@ -501,9 +514,16 @@ def check_audit(entries: Sequence[Any], records: Sequence[Any], run_ids: Iterabl
             failed[key] -= 1
             continue
         live.append(e)
-    after = sorted({e.job_id for e in live if e.job_id in by_id
-                    and by_id[e.job_id].start_time is not None
-                    and e.created_at > by_id[e.job_id].start_time})
+    after: set[int] = set()
+    raced: set[int] = set()
+    for e in live:
+        start = by_id[e.job_id].start_time if e.job_id in by_id else None
+        if start is None or e.created_at <= start:
+            continue
+        if e.field == "site_factor" and e.created_at <= start + interval + 1:
+            raced.add(e.job_id)
+        else:
+            after.add(e.job_id)
     steer: dict[int, tuple[str, ...] | None] = {}
     set_values: dict[int, list[tuple[int, int]]] = {}
     for e in live:
@@ -526,10 +546,10 @@ def check_audit(entries: Sequence[Any], records: Sequence[Any], run_ids: Iterabl
     return AuditCheck(
         entries=dict(Counter(e.mode for e in entries)),
         changes=dict(Counter(e.field for e in live)),
-        foreign=sorted({e.job_id for e in entries} - ids), after_start=after,
-        steered=len(steered), off_steer=off, samples=len(samples),
-        unexplained=sorted(set(unexplained)), settled=agree / total if total else None,
-        left_behind=left_behind)
+        foreign=sorted({e.job_id for e in entries} - ids), after_start=sorted(after),
+        raced=sorted(raced), steered=len(steered), off_steer=off, samples=len(samples),
+        shown=sum(1 for x in samples if x[2]), unexplained=sorted(set(unexplained)),
+        settled=agree / total if total else None, left_behind=left_behind)
 
 
 def headline(m: Mapping[str, Any]) -> dict[str, Any]:

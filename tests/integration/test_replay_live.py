@@ -96,7 +96,7 @@ def test_replay_live_both_runs_complete_and_the_audit_matches_slurm(no_user_jobs
     audit = runs["helper"]["audit"]
     assert audit["ok"], audit
     assert audit["changes"].get("site_factor", 0) >= 10, audit
-    assert audit["samples"] >= 20 and audit["settled"] is not None and audit["settled"] >= 0.9
+    assert audit["samples"] >= 20 and audit["shown"] >= 10, audit  # squeue saw its values
     with Store.open(str(db)) as store:
         entries = store.audit_log(None)
         assert entries and {e.job_id for e in entries} <= ids["helper"]

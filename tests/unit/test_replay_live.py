@@ -109,7 +109,7 @@ def test_check_audit_passes_a_clean_run():
     chk = rl.check_audit(entries, recs, [1, 2], samples, interval=2.0)
     assert chk.ok, chk
     assert chk.changes == {"site_factor": 2, "req_nodes": 1}
-    assert chk.steered == 1 and chk.samples == 3
+    assert chk.steered == 1 and chk.samples == 3 and chk.shown == 2
     assert chk.settled == 1.0  # the sample 5 s after the change shows it
     assert chk.to_dict()["ok"] is True
 
@@ -121,11 +121,16 @@ def test_check_audit_catches_each_kind_of_mismatch():
     assert off.off_steer == [2] and not off.ok  # ran outside its steered set
     rolled = base + [entry(2, 2, "req_nodes", None, T0 + 109)]
     assert rl.check_audit(rolled, recs, [1, 2], [], interval=2.0).ok  # rolled back first
-    late = [entry(1, 1, "site_factor", "7000", T0 + 101)]
+    raced = rl.check_audit([entry(1, 1, "site_factor", "7000", T0 + 101)], recs, [1, 2], [],
+                           interval=2.0)
+    assert raced.ok and raced.raced == [1]  # set in the cycle during which it started
+    late = [entry(1, 1, "site_factor", "7000", T0 + 104)]
     chk = rl.check_audit(late, recs, [1, 2], [], interval=2.0)
-    assert chk.after_start == [1] and not chk.ok  # changed after its start
-    refused = late + [entry(2, 1, "site_factor", "7000", T0 + 101, mode="failed")]
+    assert chk.after_start == [1] and not chk.ok  # changed a cycle after its start
+    refused = late + [entry(2, 1, "site_factor", "7000", T0 + 104, mode="failed")]
     assert rl.check_audit(refused, recs, [1, 2], [], interval=2.0).ok  # Slurm refused it
+    moved = [entry(1, 2, "req_nodes", "n[4-5]", T0 + 111)]
+    assert rl.check_audit(moved, recs, [1, 2], [], interval=2.0).after_start == [2]
     foreign = rl.check_audit([entry(1, 99, "site_factor", "1", T0)], recs, [1, 2], [],
                              interval=2.0)
     assert foreign.foreign == [99] and not foreign.ok
