@@ -82,6 +82,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "exporter.verify:verify",
         "Check an ONNX policy against its model card and this install, then smoke-test it.",
     ),
+    "replay-live": CommandEntry(
+        "trainer.replay_live:replay_live",
+        "Replay a trace window on the real cluster with and without the helper; compare.",
+        extra="train",
+    ),
     "train": CommandEntry(
         "trainer.cli_train:train",
         "Learn a policy: imitate the site's scheduler, then improve it with RL.",

@@ -10,7 +10,13 @@ options and priority settings of the real ``scontrol show config``), and
 :func:`replay_live` replays the run's jobs under "Slurm as configured" (multifactor
 priority with the config's weights, backfill per ``SchedulerType``) with Slurm's own
 submit, eligible and run times. :func:`~trainer.sim.fidelity.start_deviation` then
-compares the start times.
+compares the start times. :func:`predict` forecasts a run before it happens (under
+Slurm, or under a learned policy), and :func:`observed_result` turns what Slurm did
+into a :class:`~trainer.sim.engine.SimResult`, so :func:`trainer.sim.metrics.compute`
+measures a real run with the simulator's own code.
+
+A job with a :attr:`~trainer.sim.fidelity.LiveJob.user` is submitted as that local
+user (``runuser -u USER -- sbatch ...``, an argument list; the caller must be root).
 
 What the replay does not model (so deviations of a second or a few are expected):
 Slurm reacts to events within about a second (the test cluster's
@@ -33,6 +39,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from db.records import JobRecord
 from slurm_plugin.cluster import ClusterSpec
 from slurm_plugin.slurm.cli_backend import CliSlurmClient
@@ -42,12 +50,13 @@ from slurm_plugin.slurm.types import SchedulerConfig
 from .sim import fidelity
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.fidelity import LiveJob
-from .sim.policies import make_policy
+from .sim.policies import Policy, make_policy
 from .sim.slurm import PrioritySettings, SchedulerOptions, from_config
 from .sim.state import Cluster, build_jobs
 
-__all__ = ["SLEEP_SCRIPT", "LiveRun", "LiveRunError", "cluster_setup", "predict",
-           "read_back", "replay_live", "run_live", "write_sleep_script"]
+__all__ = ["SLEEP_SCRIPT", "LiveRun", "LiveRunError", "cluster_setup", "observed_result",
+           "predict", "read_back", "replay_live", "run_live", "submit_argv",
+           "write_sleep_script"]
 
 #: The batch script every job runs: sleep for the first argument's seconds.
 SLEEP_SCRIPT = '#!/bin/sh\n# rlsched fidelity run: sleep for $1 seconds\nexec sleep "$1"\n'
@@ -103,6 +112,17 @@ def write_sleep_script(directory: str | os.PathLike[str]) -> str:
     return str(path)
 
 
+def submit_argv(job: LiveJob, script: str, *, name: str, chdir: str,
+                partition: str | None = None) -> list[str]:
+    """The argument list that submits ``job``: ``sbatch ...``, as ``job.user`` if set.
+
+    A job with a user is submitted with ``runuser -u USER -- sbatch ...`` (root only; the
+    user name is an argument, never part of a shell string).
+    """
+    argv = fidelity.sbatch_argv(job, script, name=name, chdir=chdir, partition=partition)
+    return ["runuser", "-u", job.user, "--", *argv] if job.user else argv
+
+
 def _utc(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
 
@@ -156,8 +176,7 @@ def run_live(
             delay = t0 + j.arrival - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            argv = fidelity.sbatch_argv(j, script, name=name, chdir=str(jobdir),
-                                        partition=partition)
+            argv = submit_argv(j, script, name=name, chdir=str(jobdir), partition=partition)
             out = client.run(argv)
             lags.append(time.monotonic() - t0 - j.arrival)
             submitted[int(out.strip().split(";")[0])] = j
@@ -240,10 +259,78 @@ def replay_live(run: LiveRun, spec: ClusterSpec, options: SchedulerOptions,
 
 
 def predict(jobs: Sequence[LiveJob], spec: ClusterSpec, options: SchedulerOptions,
-            priority: PrioritySettings) -> SimResult:
-    """Replay ``jobs`` as submitted (each sleeping exactly its run): a run's forecast."""
+            priority: PrioritySettings, *, policy: Policy | None = None,
+            engine: EngineOptions | None = None) -> SimResult:
+    """Replay ``jobs`` as submitted (each sleeping exactly its run): a run's forecast.
+
+    Under Slurm as configured (multifactor priority with ``priority``), or under
+    ``policy`` (e.g. the learned policy the helper runs).
+    """
     t0 = 1_700_000_000
     cluster = Cluster.from_spec(spec)
     table = build_jobs(fidelity.nominal_records(jobs, t0), cluster)
-    return Simulator(table, cluster, make_policy("multifactor", priority, options.placement),
-                     options).run()
+    pol = policy or make_policy("multifactor", priority, options.placement)
+    return Simulator(table, cluster, pol, options, engine).run()
+
+
+def observed_result(run: LiveRun, spec: ClusterSpec, options: SchedulerOptions | None = None,
+                    *, name: str = "live") -> SimResult:
+    """What Slurm did in a live run, as a :class:`SimResult` (for the same metrics).
+
+    The jobs are those :func:`replay_live` replays (sacct's times, the requests as
+    submitted); starts and ends are sacct's; the leaf switches each job spanned come from
+    its sacct node list; utilisation counts, after each start and end, the nodes with a
+    job and the CPUs and GPUs sacct says were allocated. Not known for a real run, so
+    left empty: the backfilled flags (all false) and the fragmentation series.
+
+    Raises:
+        ValueError: If a job of the run did not finish (see
+            :func:`~trainer.sim.fidelity.live_records`) or ran on a node the cluster
+            does not have.
+    """
+    cluster = Cluster.from_spec(spec)
+    jobs = build_jobs(fidelity.live_records(run.records, run.submitted), cluster)
+    by_id = {r.job_id: r for r in run.records}
+    pos = {n: k for k, n in enumerate(cluster.node_names)}
+    n = jobs.n
+    start = np.zeros(n, dtype=np.int64)
+    leaves = np.zeros(n, dtype=np.int32)
+    events: list[tuple[int, int, int]] = []  # (time, +1 start / -1 end, row)
+    node_rows: list[list[int]] = []
+    for i, jid in enumerate(jobs.job_id.tolist()):
+        r = by_id[jid]
+        start[i] = int(r.start_time or 0)
+        try:
+            idx = [pos[x] for x in r.nodes]
+        except KeyError as exc:
+            raise ValueError(f"job {jid} ran on {exc.args[0]}, not a node of {spec.name}"
+                             ) from None
+        node_rows.append(idx)
+        leaves[i] = len({int(cluster.leaf_of[k]) for k in idx}) if idx else 1
+        events += [(start[i], 1, i), (start[i] + int(jobs.run[i]), -1, i)]
+    end = start + jobs.run
+    events.sort(key=lambda e: (e[0], e[1]))  # ends before starts at one time
+    per_node = np.zeros(cluster.num_nodes, dtype=np.int64)
+    cpus = gpus = 0
+    ut: list[int] = []
+    un: list[int] = []
+    uc: list[int] = []
+    ug: list[int] = []
+    for t, sign, i in events:
+        r = by_id[int(jobs.job_id[i])]
+        per_node[node_rows[i]] += sign
+        cpus += sign * int(r.alloc.cpus or 0)
+        gpus += sign * int(r.alloc.gpus or 0)
+        if ut and ut[-1] == t:
+            ut.pop(), un.pop(), uc.pop(), ug.pop()
+        ut.append(t)
+        un.append(int((per_node > 0).sum()))
+        uc.append(cpus)
+        ug.append(gpus)
+    return SimResult(
+        jobs=jobs, cluster=cluster, policy=name, options=options or SchedulerOptions(),
+        engine=EngineOptions(), start=start, end=end, leaves=leaves,
+        backfilled=np.zeros(n, dtype=bool), util_t=np.array(ut, dtype=np.int64),
+        util_nodes=np.array(un, dtype=np.int64), util_cpus=np.array(uc, dtype=np.int64),
+        util_gpus=np.array(ug, dtype=np.int64), frag_t=np.zeros(0, dtype=np.int64),
+        frag=np.zeros(0), stats={"jobs": float(n)})

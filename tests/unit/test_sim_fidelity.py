@@ -213,7 +213,8 @@ def test_scale_jobs_by_hand():
     got = [(j.index, j.arrival, j.run, j.nodes, j.limit_min) for j in jobs]
     assert got == [(0, 0.0, 10, 1, 1), (1, 2.0, 2, 16, 1), (2, 10.0, 120, 2, 4),
                    (3, 15.0, 60, 1, 2)]
-    assert changed == {"run_raised": 1, "run_capped": 0, "nodes_capped": 0, "limit_raised": 1}
+    assert changed == {"run_raised": 1, "run_capped": 0, "nodes_capped": 0, "gpus_capped": 0,
+                       "limit_raised": 1}
     capped, changed = fidelity.scale_jobs(recs, 60, cluster_nodes=16, trace_nodes=128,
                                           max_run=30)
     assert [j.run for j in capped] == [10, 2, 30, 30]

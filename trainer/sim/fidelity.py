@@ -52,6 +52,7 @@ __all__ = [
     "jumped_ahead",
     "live_records",
     "logged_starts",
+    "map_users",
     "nominal_records",
     "order_agreement",
     "rank_correlation",
@@ -413,6 +414,7 @@ class LiveJob:
         limit_min: Its Slurm time limit in whole minutes (at least 1).
         gpus: GPUs per node; 0 asks for whole nodes (``--exclusive``).
         cpus: CPUs per node when ``gpus`` is set (0: Slurm's default of one).
+        user: Local user the job is submitted as (``""``: the submitting user).
     """
 
     index: int
@@ -422,6 +424,7 @@ class LiveJob:
     limit_min: int
     gpus: int = 0
     cpus: int = 0
+    user: str = ""
 
     def __post_init__(self) -> None:
         if self.run < 1 or self.nodes < 1 or self.limit_min < 1:
@@ -441,6 +444,20 @@ class LiveJob:
                           None)
 
 
+def map_users(records: Iterable[JobRecord], pool: Sequence[str]) -> dict[str, str]:
+    """Trace user -> one of ``pool``, round-robin in order of first appearance.
+
+    Deterministic for the same records (in submit order); an empty pool maps nobody.
+    """
+    out: dict[str, str] = {}
+    if not pool:
+        return out
+    for r in sorted(records, key=lambda r: (r.submit_time, r.job_id)):
+        if r.user not in out:
+            out[r.user] = pool[len(out) % len(pool)]
+    return out
+
+
 def scale_jobs(
     records: Sequence[JobRecord],
     scale: float,
@@ -451,6 +468,9 @@ def scale_jobs(
     max_run: int | None = None,
     limit_factor: float = 2.0,
     limit_margin: int = 5,
+    gpus_per_node: int = 0,
+    cpus_per_gpu: int = 4,
+    users: Mapping[str, str] | None = None,
 ) -> tuple[list[LiveJob], dict[str, int]]:
     """A live workload from trace records: times divided by ``scale``, sizes mapped.
 
@@ -461,6 +481,12 @@ def scale_jobs(
     - ``nodes`` = ceil(nodes x ``cluster_nodes`` / ``trace_nodes``): a trace machine of
       ``trace_nodes`` nodes (or processors, for a processor-based SWF) becomes the
       cluster's, every job taking whole nodes;
+    - except a record that asks for GPUs when ``gpus_per_node`` is set (a Philly-style
+      trace): its GPU request is kept as it is (not scaled to the machine), on
+      ``max(nodes, ceil(gpus / gpus_per_node))`` nodes with an even share of the GPUs
+      on each (capped at ``gpus_per_node``; nodes capped at ``cluster_nodes``) and
+      ``cpus_per_gpu`` CPUs per GPU, sharing nodes with other jobs;
+    - ``user``: ``users[record.user]`` when ``users`` is given (see :func:`map_users`);
     - the time limit: the record's, else ``limit_factor`` x the recorded run (a user's
       estimate; of the run before clipping), divided by ``scale``; at least ``run +
       limit_margin`` so no job is killed; then rounded **up** to whole minutes, at
@@ -471,9 +497,9 @@ def scale_jobs(
     Returns:
         The jobs in submit order, and counts of what the mapping changed:
         ``run_raised`` (to ``min_run``), ``run_capped`` (to ``max_run``),
-        ``nodes_capped`` (to ``cluster_nodes``), ``limit_raised`` (the limit
-        needed more than the scaled estimate: at least ``run + limit_margin`` or one
-        minute).
+        ``nodes_capped`` (to ``cluster_nodes``), ``gpus_capped`` (to
+        ``gpus_per_node`` per node), ``limit_raised`` (the limit needed more than the
+        scaled estimate: at least ``run + limit_margin`` or one minute).
 
     Raises:
         ValueError: On a non-positive scale or size, ``min_run < 1``, ``max_run <
@@ -481,12 +507,15 @@ def scale_jobs(
     """
     if scale <= 0 or cluster_nodes < 1 or trace_nodes < 1:
         raise ValueError("scale, cluster_nodes and trace_nodes must be positive")
+    if gpus_per_node < 0 or cpus_per_gpu < 1:
+        raise ValueError("gpus_per_node must be >= 0 and cpus_per_gpu >= 1")
     if min_run < 1 or (max_run is not None and max_run < min_run):
         raise ValueError("need 1 <= min_run <= max_run")
     if limit_factor < 1:
         raise ValueError("limit_factor must be >= 1")
     recs = sorted(records, key=lambda r: (r.submit_time, r.job_id))
-    counts = {"run_raised": 0, "run_capped": 0, "nodes_capped": 0, "limit_raised": 0}
+    counts = {"run_raised": 0, "run_capped": 0, "nodes_capped": 0, "gpus_capped": 0,
+              "limit_raised": 0}
     if not recs:
         return [], counts
     t0 = recs[0].submit_time
@@ -502,8 +531,17 @@ def scale_jobs(
         if max_run is not None and run > max_run:
             run = max_run
             counts["run_capped"] += 1
-        size = r.req.nodes or r.alloc.nodes or 1
-        nodes = math.ceil(size * cluster_nodes / trace_nodes)
+        gpus = r.req.gpus or 0
+        per_gpu = 0
+        if gpus_per_node and gpus > 0:
+            nodes = max(r.req.nodes or 1, math.ceil(gpus / gpus_per_node))
+            per_gpu = math.ceil(gpus / nodes)
+            if per_gpu > gpus_per_node:
+                per_gpu = gpus_per_node
+                counts["gpus_capped"] += 1
+        else:
+            size = r.req.nodes or r.alloc.nodes or 1
+            nodes = math.ceil(size * cluster_nodes / trace_nodes)
         if nodes > cluster_nodes:
             nodes = cluster_nodes
             counts["nodes_capped"] += 1
@@ -513,7 +551,9 @@ def scale_jobs(
         limit_min = max(1, math.ceil(need / 60))
         if limit_min > max(1, math.ceil(est / 60)):
             counts["limit_raised"] += 1
-        out.append(LiveJob(k, (r.submit_time - t0) / scale, run, nodes, limit_min))
+        user = users.get(r.user, "") if users is not None else ""
+        out.append(LiveJob(k, (r.submit_time - t0) / scale, run, nodes, limit_min,
+                           per_gpu, cpus_per_gpu * per_gpu, user))
     return out, counts
 
 
@@ -585,7 +625,8 @@ def sbatch_argv(job: LiveJob, script: str, *, name: str, chdir: str,
 def nominal_records(jobs: Sequence[LiveJob], t0: int, *, cluster: str = "") -> list[JobRecord]:
     """Records of ``jobs`` as if each started on arrival (for a replay that predicts a run).
 
-    Job ids are ``index + 1``; submit times ``t0 + arrival`` (rounded down).
+    Job ids are ``index + 1``; submit times ``t0 + arrival`` (rounded down); users the
+    jobs' own (``fidelity`` when they have none).
     """
     out = []
     for j in jobs:
@@ -598,7 +639,8 @@ def _record(job_id: int, j: LiveJob, submit: int, eligible: int, start: int, end
             state: str, cluster: str) -> JobRecord:
     req = j.request
     return JobRecord(
-        job_id=job_id, name=f"job{j.index}", user="fidelity", account="", partition="",
+        job_id=job_id, name=f"job{j.index}", user=j.user or "fidelity", account="",
+        partition="",
         qos="", state=state, submit_time=submit, eligible_time=eligible, start_time=start,
         end_time=end, time_limit=j.limit_min * 60, req=req, alloc=req, node_list="",
         nodes=(), priority=None, exit_code=0, cluster=cluster)
@@ -608,12 +650,12 @@ def live_records(accounted: Iterable[JobRecord], submitted: Mapping[int, LiveJob
                  end_latency: int = 0) -> list[JobRecord]:
     """The records a replay of a live run gets: Slurm's times, the request as submitted.
 
-    Submit, eligible, start and end times come from ``sacct`` (so the replay sees the
-    arrivals and run times that really happened); the request (nodes, GPUs, CPUs) and
-    time limit are those of the submitted :class:`LiveJob` (``sacct`` reports what was
-    *allocated*, e.g. every CPU of an exclusive node). ``end_latency`` seconds are added
-    to each run: the time Slurm takes to free a finished job's nodes, which the
-    replay otherwise frees at once.
+    Submit, eligible, start and end times and the user come from ``sacct`` (so the
+    replay sees the arrivals and run times that really happened); the request (nodes,
+    GPUs, CPUs) and time limit are those of the submitted :class:`LiveJob` (``sacct``
+    reports what was *allocated*, e.g. every CPU of an exclusive node).
+    ``end_latency`` seconds are added to each run: the time Slurm takes to free a
+    finished job's nodes, which the replay otherwise frees at once.
 
     Raises:
         ValueError: If a submitted job is missing from ``accounted``, or has no start
@@ -630,5 +672,5 @@ def live_records(accounted: Iterable[JobRecord], submitted: Mapping[int, LiveJob
         eligible = r.eligible_time if r.eligible_time is not None else r.submit_time
         out.append(replace(_record(jid, j, r.submit_time, eligible, r.start_time,
                                    r.end_time + end_latency, r.state, r.cluster),
-                           name=r.name))
+                           name=r.name, user=r.user))
     return out
