@@ -55,16 +55,25 @@ def cluster() -> str:
     return CLUSTER
 
 
+def _queued() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                         timeout=30).stdout
+    return out.split()
+
+
 def _cancel_all() -> None:
-    subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30)
+    """Cancel every job on the test cluster, whoever owns it (replay-live submits as
+    the local users ``rlschedu*``, not only as root)."""
+    ids = _queued()
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
     deadline = time.time() + 60
     while time.time() < deadline:
-        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
-                             timeout=30).stdout
-        if not out.strip():
+        out = _queued()
+        if not out:
             return
         time.sleep(0.2)
-    raise AssertionError(f"jobs still in the queue after scancel: {out.split()}")
+    raise AssertionError(f"jobs still in the queue after scancel: {out}")
 
 
 @pytest.fixture()
