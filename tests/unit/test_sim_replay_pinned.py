@@ -25,8 +25,15 @@ from trainer.sim.policies import make_policy
 from trainer.sim.slurm import PrioritySettings, SchedulerOptions
 from trainer.sim.state import Cluster, JobTable, build_jobs
 
-SETTINGS = PrioritySettings(weight_age=1000, weight_fairshare=2000, weight_job_size=500,
-                            max_age=7200)
+#: Priority settings by name: fair-share (re-scored every period), Slurm's baseline as
+#: the test cluster has it (age and partition: one static part, re-scorings deferred),
+#: and age plus job size (static parts differ from job to job).
+SETTINGS = {
+    "fs": PrioritySettings(weight_age=1000, weight_fairshare=2000, weight_job_size=500,
+                           max_age=7200),
+    "slurm": PrioritySettings(weight_age=1000, weight_partition=1000, max_age=3600),
+    "size": PrioritySettings(weight_age=1000, weight_job_size=5000, max_age=3600),
+}
 
 
 @cache
@@ -50,12 +57,12 @@ def table(kind: str) -> tuple[JobTable, Cluster]:
 
 
 def digest(kind: str, policy: str, placement: str, speed: str, bf_interval: int,
-           backfill: bool = True) -> str:
+           backfill: bool = True, settings: str = "fs") -> str:
     """Digest of the replay's starts, ends, leaves and backfill flags."""
     jobs, cl = table(kind)
     opts = SchedulerOptions(bf_interval=bf_interval, priority_calc_period=60,
                             backfill=backfill)
-    r = Simulator(jobs, cl, make_policy(policy, SETTINGS, placement), opts,
+    r = Simulator(jobs, cl, make_policy(policy, SETTINGS[settings], placement), opts,
                   EngineOptions(speed_model=speed, seed=3)).run()
     cols = [r.start, r.end, r.leaves.astype(np.int64), r.backfilled.astype(np.int64)]
     return hashlib.sha256(np.concatenate(cols).tobytes()).hexdigest()[:16]
@@ -90,3 +97,33 @@ def test_replay_matches_the_pinned_schedule(kind: str, policy: str, placement: s
 def test_replay_without_backfill_matches_the_pinned_schedule(kind: str,
                                                              expected: str) -> None:
     assert digest(kind, "fifo", "tree", "none", 0, backfill=False) == expected
+
+
+@pytest.mark.parametrize(("kind", "settings", "bf_interval", "expected"), [
+    ("gpu", "slurm", 0, "f1317bea8787adf2"), ("gpu", "slurm", 30, "c0584b118cb6554d"),
+    ("gpu", "size", 0, "60f09486d12bce4c"), ("hpc", "slurm", 0, "95c3d5527b269652"),
+    ("whole", "slurm", 0, "222f587464536a35"), ("whole", "slurm", 30, "cb6a24bd94a203d0"),
+    ("whole", "size", 0, "de333722093108da"),
+])
+def test_multifactor_without_fair_share_matches_the_pinned_schedule(
+        kind: str, settings: str, bf_interval: int, expected: str) -> None:
+    assert digest(kind, "multifactor", "tree", "none", bf_interval,
+                  settings=settings) == expected
+
+
+def test_a_deferred_rescoring_still_sees_a_younger_job_overtake() -> None:
+    """Static parts differ: re-scorings are not deferred, so the overtake is seen.
+
+    One node, busy until t=200. A (site factor 0) arrives at t=1, B (site factor 300)
+    at t=50: B scores below A then (A has aged 490 of its 1000), so the queue stays in
+    arrival order. A's age stops at max_age (t=101, score 1000) while B's goes on
+    (300 + 10 per second from t=50): B overtakes A at t=120, so B starts first at 200.
+    """
+    from tests.unit.test_sim_engine import job, run, spec, starts
+
+    recs = [job(1, 0, 200), job(2, 1, 10, limit=10), job(3, 50, 10, limit=10)]
+    settings = PrioritySettings(weight_age=1000, max_age=100)
+    opts = SchedulerOptions(bf_interval=0, bf_resolution=1, priority_calc_period=10)
+    r = run(spec(1), recs, "multifactor", settings=settings, options=opts,
+            site={3: 300.0})
+    assert starts(r) == {1: 0, 3: 200, 2: 210}

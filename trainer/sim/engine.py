@@ -266,6 +266,13 @@ class Simulator:
         self._qhi = 0
         self._qfifo = True  # the queue holds its jobs in arrival (index) order
         self._scored_at = -_INF  # time of the last recalculation
+        # deferred re-scoring (see _defer_ok): the policy's static parts, whether the
+        # pending jobs' differ (else all are _sp_val), and the time deferred to
+        sp = policy.static_part(jobs, cluster) if policy.dynamic else None
+        self._sp: list[float] | None = None if sp is None else sp.tolist()
+        self._sp_val = 0.0
+        self._sp_mixed = False
+        self._lazy_at: int | None = None
         self.pend_count = np.zeros(n_parts, dtype=np.int64)
         self._all_parts = np.ones(n_parts, dtype=bool)
         self._n_pending = 0  # pend_count.sum()
@@ -401,11 +408,30 @@ class Simulator:
         self._pend_sum += queued * (hi - lo)
         if queued > self._pend_max:
             self._pend_max = queued
+        if self._sp is not None:
+            self._note_static(lo, hi)
+        ctx = self._ctx(t)
+        few = self.policy.score_few(self.jobs, [lo], ctx) if hi - lo == 1 else None
+        if few is not None:  # the common case, in scalars
+            key = -few[0]
+            self.pending[lo] = True
+            self.key_of[lo] = key
+            p = self._part[lo]
+            self.pend_count[p] += 1
+            self._n_pending += 1
+            pos = int(self.pkeys.searchsorted(key, side="right"))
+            self._insert(pos, lo, key)
+            if key < self.blocked_key[p]:
+                self.main_dirty = True
+            elif (self.opt.backfill and not self.bf_full
+                  and pos < self.opt.bf_max_job_test):
+                self.bf_new.append(lo)
+            return
         idx = np.arange(lo, hi, dtype=np.int64)
         self.pending[lo:hi] = True
-        keys = -np.asarray(self.policy.score(self.jobs, idx, self._ctx(t)), dtype=np.float64)
+        keys = -np.asarray(self.policy.score(self.jobs, idx, ctx), dtype=np.float64)
         self.key_of[lo:hi] = keys
-        if hi - lo == 1:  # the common case, in scalars
+        if hi - lo == 1:
             p = self._part[lo]
             self.pend_count[p] += 1
             self._n_pending += 1
@@ -425,7 +451,7 @@ class Simulator:
         where = np.searchsorted(self.pkeys, keys, side="right")
         self._set_queue(np.insert(self.porder, where, idx), np.insert(self.pkeys, where, keys))
         ahead = keys < self.blocked_key[self.jobs.part[idx]]
-        if ahead.any():
+        if np.count_nonzero(ahead):
             self.main_dirty = True
         if self.opt.backfill and not self.bf_full:
             rank = where + np.arange(where.size)
@@ -433,11 +459,75 @@ class Simulator:
             if new.size:
                 self.bf_new.extend(new.tolist())
 
+    def _note_static(self, lo: int, hi: int) -> None:
+        """Jobs ``lo..hi-1`` arrive: note whether the pending jobs' static parts differ.
+
+        A deferred re-scoring is done first when they will (see :meth:`_defer_ok`).
+        """
+        sp = self._sp
+        assert sp is not None
+        if not self._n_pending:  # an empty queue starts afresh
+            self._sync_keys()
+            self._sp_val = sp[lo]
+            self._sp_mixed = False
+        if not self._sp_mixed:
+            v = self._sp_val
+            for j in range(lo, hi):
+                if sp[j] != v:
+                    self._sync_keys()
+                    self._sp_mixed = True
+                    break
+
     def _recalc(self, t: int) -> None:
-        """Re-score the pending jobs; re-sort (and re-plan) only if the order changed."""
+        """Re-score the pending jobs; re-sort (and re-plan) only if the order changed.
+
+        Deferred when it cannot change anything (:meth:`_defer_ok`): the time is noted
+        and the keys are brought up to it (:meth:`_sync_keys`) before anything that
+        depends on their values.
+        """
         self._compact()
         if not self.porder.size:
             return
+        self.stats["recalcs"] += 1
+        if self._defer_ok():
+            self._lazy_at = t
+            return
+        self._sync_keys()
+        self._rescore(t, int(self.porder.size))
+
+    def _defer_ok(self) -> bool:
+        """A re-scoring now could be deferred: it would change only key values.
+
+        So it is when the policy scores ``g(static part, age)`` (see
+        :meth:`Policy.static_part`), the queue is in arrival order and every pending
+        job has the same static part: the order cannot change (older jobs score at
+        least as high), and a job arriving with that static part (age 0) scores no
+        higher than any of them, so it goes to the end of the queue and never ahead of
+        a blocked head, whatever the keys in between. Backfill orders new jobs by key,
+        which for such a queue is arrival order with any mix of fresh and stale keys.
+        """
+        return self._sp is not None and self._qfifo and not self._sp_mixed
+
+    def _sync_keys(self) -> None:
+        """Do the deferred re-scoring, as of the time it was deferred to.
+
+        The policy's score is a function of the job and the time alone, so the keys
+        come out as the re-scorings skipped would have left them; only the jobs that
+        had arrived by then are re-scored (a prefix of the queue, in arrival order).
+        """
+        t = self._lazy_at
+        if t is None:
+            return
+        self._lazy_at = None
+        self._compact()
+        upto = int(self.porder.searchsorted(bisect.bisect_right(self._elig, t)))
+        if upto:
+            self._rescore(t, upto)
+        else:
+            self._scored_at = t
+
+    def _rescore(self, t: int, upto: int) -> None:
+        """Re-score the first ``upto`` pending jobs at time ``t`` (see :meth:`_recalc`)."""
         idx = self.porder
         k = 0
         settle = self.policy.settles_after
@@ -445,27 +535,27 @@ class Simulator:
             # the queue is in arrival order: the jobs eligible for ``settle`` s by the last
             # recalculation are a prefix, and their scores have not moved since
             first = bisect.bisect_right(self._elig, self._scored_at - settle)
-            k = int(idx.searchsorted(first))
-        sub = idx[k:] if k else idx
+            k = min(int(idx.searchsorted(first)), upto)
+        sub = idx[k:upto]
         keys = -np.asarray(self.policy.score(self.jobs, sub, self._ctx(t)), dtype=np.float64)
         self._scored_at = t
         self.key_of[sub] = keys
-        self.stats["recalcs"] += 1
         dk = keys[1:] - keys[:-1]
         if self._qfifo:  # ties already in arrival order: sorted by key is enough
-            same = bool((dk >= 0).all()) and (
+            # (every dk >= 0, NaN failing as with .all(): argmin finds the first NaN)
+            same = (not dk.size or bool(dk[dk.argmin()] >= 0)) and (
                 not k or not keys.size or bool(keys[0] - self.pkeys[k - 1] >= 0))
         else:
-            same = bool(((dk > 0) | ((dk == 0) & (idx[1:] > idx[:-1]))).all())
+            ok = (dk > 0) | ((dk == 0) & (sub[1:] > sub[:-1]))
+            same = np.count_nonzero(ok) == ok.size
         if same:
             # same order (ties by arrival): the passes already made stand; keys moved
-            self.pkeys[k:] = keys
+            self.pkeys[k:upto] = keys
             for p, j in self._head_job.items():
                 if self.blocked_key[p] != np.inf:
                     self.blocked_key[p] = self.key_of[j]
             return
-        if k:
-            keys = np.concatenate((self.pkeys[:k], keys))
+        keys = np.concatenate((self.pkeys[:k], keys, self.pkeys[upto:]))
         o = np.lexsort((idx, keys))
         self._set_queue(idx[o], keys[o])
         self.main_dirty = True
@@ -688,8 +778,8 @@ class Simulator:
         else:
             sh = jobs.shape[w]
             present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
-                       np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist())
-        nn_min = int(nn.min())
+                       np.bincount(sh, minlength=self._n_shapes).nonzero()[0].tolist())
+        nn_min = int(nn[nn.argmin()])
         if nn_min > self._max_count(present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
@@ -755,7 +845,7 @@ class Simulator:
                         heads = [h]
                 else:
                     assert part is not None
-                    blocked = np.flatnonzero(~feas)
+                    blocked = (~feas).nonzero()[0]
                     if blocked.size:
                         bp = part[pos0:][blocked]
                         _, first = np.unique(bp, return_index=True)
@@ -853,7 +943,7 @@ class Simulator:
         if len(new) > 4:
             cand = w[np.isin(w, new)].tolist()
         else:
-            cand = [j for j in new if (w == j).any()]
+            cand = [j for j in new if np.count_nonzero(w == j)]
             cand.sort(key=lambda j: (self.key_of[j], j))
         for j in cand:
             self._test(int(j), t)
