@@ -19,7 +19,12 @@ Scheduling pass (at every event time where something changed)
        was changes nothing else (the passes already made stand). When the queue is in
        arrival order and the policy's scores settle (:attr:`Policy.settles_after`:
        Slurm's multifactor without fair-share is constant once the age factor reaches
-       ``PriorityMaxAge``), only the jobs younger than that are re-scored.
+       ``PriorityMaxAge``), only the jobs younger than that are re-scored. When
+       moreover every pending job has the same static part of its score
+       (:meth:`Policy.static_part`: Slurm's baseline on one partition), a re-scoring
+       cannot change the order nor let an arrival pass a waiting job: it is deferred,
+       and the keys are brought up to its time only before a job with another static
+       part arrives or a re-scoring that might matter runs (same keys, far less work).
     2. *Main scheduler* (Slurm's main loop): pending jobs in priority order start where
        they fit; the first job of a partition that cannot start blocks the rest of that
        partition (strict priority order per partition). It runs when resources were
@@ -84,6 +89,9 @@ from .state import Cluster, JobTable, NodeState, build_jobs
 __all__ = ["EngineOptions", "Reservation", "SimResult", "Simulator", "simulate"]
 
 _INF = 2**62
+#: The (read-only) node list of a reservation by count.
+_NO_NODES = np.zeros(0, dtype=np.int64)
+_NO_NODES.flags.writeable = False
 _COMPLETE = 0
 _TIMER = 1
 
@@ -139,7 +147,7 @@ class Reservation:
     def __init__(self, job: int, part: int, shadow: int, *, extra: int = 0,
                  nodes: np.ndarray | None = None, spare_c: np.ndarray | None = None,
                  spare_g: np.ndarray | None = None, spare_m: np.ndarray | None = None) -> None:
-        z = np.zeros(0, dtype=np.int64)
+        z = _NO_NODES
         self.job = job
         self.part = part
         self.shadow = shadow
@@ -911,15 +919,21 @@ class Simulator:
         self._lazy_heads = []
         self.resv.sort(key=lambda x: x.shadow)
 
+    def _view(self, j: int, t: int) -> tuple[Reservation, ...]:
+        """The reservations ``j`` would still be running at if it started now."""
+        resv = self.resv
+        if not resv:
+            return ()
+        end = self._res_round(t + self._limit[j])
+        if len(resv) == 1:
+            return (resv[0],) if resv[0].shadow < end else ()
+        return tuple(r for r in resv if r.shadow < end)
+
     def _test(self, j: int, t: int) -> bool:
         """Start ``j`` now by backfill if it fits without delaying a reservation."""
         if self._lazy_heads:
             self._materialize(t)
-        if self.resv:
-            end = self._res_round(t + self._limit[j])
-            view = tuple(r for r in self.resv if r.shadow < end)
-        else:
-            view = ()
+        view = self._view(j, t)
         res = self._try(j, t, view)
         if res is None:
             return False

@@ -202,7 +202,8 @@ class Fifo(Policy):
 
     def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext) -> list[float]:
         """As :meth:`score`, in Python floats."""
-        return [-float(v) for v in jobs.eligible[idx].tolist()]
+        col = jobs.eligible
+        return [-float(col[j]) for j in idx]
 
 
 class Sjf(Policy):
@@ -217,7 +218,8 @@ class Sjf(Policy):
 
     def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext) -> list[float]:
         """As :meth:`score`, in Python floats."""
-        return [-float(v) for v in jobs.limit[idx].tolist()]
+        col = jobs.limit
+        return [-float(col[j]) for j in idx]
 
 
 class Multifactor(Policy):
@@ -282,12 +284,12 @@ class Multifactor(Policy):
             self._static_list = (arr, arr.tolist())
         static = self._static_list[1]
         now, w, a = ctx.now, float(s.weight_age), s.max_age
+        elig, site = jobs.eligible, jobs.site_factor
         out = []
-        for j, e, site in zip(idx, jobs.eligible[idx].tolist(), jobs.site_factor[idx].tolist(),
-                              strict=True):
-            p = static[j] + site
+        for j in idx:
+            p = static[j] + float(site[j])
             if w:
-                p = p + w * (min(max(now - e, 0), a) / a) if a > 0 else p + w
+                p = p + w * (min(max(now - int(elig[j]), 0), a) / a) if a > 0 else p + w
             out.append(float(math.floor(p)) if p and math.isfinite(p) else p)
         return out
 
@@ -333,7 +335,8 @@ class Sif(Policy):
 
     def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext) -> list[float]:
         """As :meth:`score`, in Python floats."""
-        return [-float(v) for v in jobs.run[idx].tolist()]
+        col = jobs.run
+        return [-float(col[j]) for j in idx]
 
 
 class Saf(Policy):
