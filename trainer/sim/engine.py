@@ -324,6 +324,7 @@ class Simulator:
         self.next_recalc = -_INF
         self._switch_timer: set[int] = set()
         self._started = 0
+        self._started_jobs: list[int] = []  # started since the last _compact
         self._scan_upto = 0  # the main pass started jobs no further than this position
         self._pend_sum = 0
         self._pend_max = 0
@@ -419,9 +420,13 @@ class Simulator:
         if self._sp is not None:
             self._note_static(lo, hi)
         ctx = self._ctx(t)
-        few = self.policy.score_few(self.jobs, [lo], ctx) if hi - lo == 1 else None
-        if few is not None:  # the common case, in scalars
-            key = -few[0]
+        if hi - lo == 1:  # the common case, in scalars
+            few = self.policy.score_few(self.jobs, [lo], ctx)
+            if few is not None:
+                key = -few[0]
+            else:
+                key = -float(np.asarray(self.policy.score(
+                    self.jobs, np.arange(lo, hi, dtype=np.int64), ctx), dtype=np.float64)[0])
             self.pending[lo] = True
             self.key_of[lo] = key
             p = self._part[lo]
@@ -439,19 +444,6 @@ class Simulator:
         self.pending[lo:hi] = True
         keys = -np.asarray(self.policy.score(self.jobs, idx, ctx), dtype=np.float64)
         self.key_of[lo:hi] = keys
-        if hi - lo == 1:
-            p = self._part[lo]
-            self.pend_count[p] += 1
-            self._n_pending += 1
-            key = float(keys[0])
-            pos = int(self.pkeys.searchsorted(key, side="right"))
-            self._insert(pos, lo, key)
-            if key < self.blocked_key[p]:
-                self.main_dirty = True
-            elif (self.opt.backfill and not self.bf_full
-                  and pos < self.opt.bf_max_job_test):
-                self.bf_new.append(lo)
-            return
         np.add.at(self.pend_count, self.jobs.part[lo:hi], 1)
         self._n_pending += hi - lo
         o = np.argsort(keys, kind="stable")
@@ -570,8 +562,15 @@ class Simulator:
         self.bf_full = True
 
     def _compact(self) -> None:
-        """Drop started jobs from the pending queue (they sit in its scanned prefix)."""
+        """Drop started jobs from the pending queue (they sit in its scanned prefix).
+
+        A few jobs started from a queue in arrival order are found by binary search and
+        the queue's head is shifted over them; otherwise the prefix is packed with a
+        mask. Either way the queue ends as the same jobs, keys and order.
+        """
         if not self._started:
+            return
+        if self._started <= 4 and self._qfifo and self._shift_out():
             return
         upto = min(self.porder.size, max(self.opt.bf_max_job_test, self._scan_upto))
         head = self.porder[:upto]
@@ -587,7 +586,39 @@ class Simulator:
             keep = self.pending[self.porder]
             self._set_queue(self.porder[keep], self.pkeys[keep])
         self._started = 0
+        self._started_jobs.clear()
         self._scan_upto = 0
+
+    def _shift_out(self) -> bool:
+        """:meth:`_compact` for a few started jobs of an arrival-ordered queue.
+
+        Each segment of the queue's head between two started jobs moves right by the
+        number of started jobs after it (the last segment first, so nothing is
+        overwritten before it moved). False, changing nothing, if a job is not found.
+        """
+        lo, hi = self._qlo, self._qhi
+        qj, qk = self._qjob, self._qkey
+        q = qj[lo:hi]
+        at = []
+        for j in self._started_jobs:
+            k = int(q.searchsorted(j))
+            if k >= q.size or int(q[k]) != j:  # pragma: no cover - started jobs are queued
+                return False
+            at.append(lo + k)
+        at.sort()
+        n = len(at)
+        for i in range(n - 1, -1, -1):
+            a = lo if i == 0 else at[i - 1] + 1
+            b = at[i]
+            d = n - i
+            if b > a:
+                qj[a + d:b + d] = qj[a:b]
+                qk[a + d:b + d] = qk[a:b]
+        self._qlo = lo + n
+        self._started = 0
+        self._started_jobs.clear()
+        self._scan_upto = 0
+        return True
 
     # ------------------------------------------------------------------ masks
     def _usable(self, sh: int, view: tuple[Reservation, ...]) -> tuple[np.ndarray, int]:
@@ -696,6 +727,7 @@ class Simulator:
         self.pend_count[self._part[j]] -= 1
         self._n_pending -= 1
         self._started += 1
+        self._started_jobs.append(j)
         self.start[j] = t
         self.end[j] = aend
         self.leaves[j] = nl
@@ -788,19 +820,21 @@ class Simulator:
             present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
                        np.bincount(sh, minlength=self._n_shapes).nonzero()[0].tolist())
         nn_min = int(nn[nn.argmin()])
+        single = int(np.count_nonzero(self.pend_count)) == 1
         if nn_min > self._max_count(present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
-            if int(np.count_nonzero(self.pend_count)) == 1:
+            if single:
                 self._lazy_heads = [int(w[0])]
             else:
                 _, first = np.unique(jobs.part[w], return_index=True)
                 self._lazy_heads = [int(w[k]) for k in np.sort(first).tolist()]
             self.resv_valid = True
             return
-        single = int(np.count_nonzero(self.pend_count)) == 1
         part = None if single else jobs.part[w]
         lim: np.ndarray | None = None
+        late: np.ndarray | None = None  # jobs still running at resv[0]'s shadow time
+        late_for: Reservation | None = None
         res = self.opt.bf_resolution
         unreserved = self._all_parts.copy()
         n_unres = unreserved.size
@@ -822,8 +856,11 @@ class Simulator:
                 if c0 == c1:
                     feas = nn[pos0:] <= c0
                 else:
-                    feas = nn[pos0:] <= np.where(lim[pos0:] > r0.shadow // res * res - t,
-                                                 c1, c0)
+                    if late_for is not r0:  # (a reservation's shadow time stays put)
+                        late = lim > r0.shadow // res * res - t
+                        late_for = r0
+                    assert late is not None
+                    feas = nn[pos0:] <= np.where(late[pos0:], c1, c0)
             elif self.resv:
                 if lim is None:
                     lim = jobs.limit[w]

@@ -174,12 +174,26 @@ def _leaf_nodes(cluster: Cluster, usable: np.ndarray, leaves: np.ndarray) -> np.
         out: np.ndarray = (usable & take[cluster.leaf_of]).nonzero()[0]
         return out
     leaves = np.sort(leaves)
-    size = cluster.leaf_size[leaves]
-    first = cluster.leaf_start[leaves]
-    offset = np.cumsum(size) - size
-    idx = np.arange(int(size.sum())) + np.repeat(first - offset, size)
+    s = cluster.max_leaf
+    if s * cluster.num_leaves == cluster.num_nodes:  # leaves of one size: leaf k is k*s..
+        idx = ((leaves * s)[:, None] + np.arange(s)).reshape(-1)
+    else:
+        size = cluster.leaf_size[leaves]
+        first = cluster.leaf_start[leaves]
+        offset = np.cumsum(size) - size
+        idx = np.arange(int(size.sum())) + np.repeat(first - offset, size)
     out = idx[usable[idx]]
     return out
+
+
+def _merge(whole: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """The sorted union of the nodes of whole leaves and those of one more leaf.
+
+    Both are sorted and the other leaf's nodes are contiguous in index order and in no
+    leaf of ``whole``, so they go in as one block (no sort needed).
+    """
+    k = int(whole.searchsorted(part[0])) if part.size else whole.size
+    return np.concatenate((whole[:k], part, whole[k:]))
 
 
 def linear_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
@@ -236,10 +250,7 @@ def tree_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: R
     whole = _leaf_nodes(cluster, usable, full)
     lo = int(starts[choice])
     idx = lo + usable[lo:lo + int(sizes[choice])].nonzero()[0]
-    part = _best(state, idx, rem, req)
-    nodes = np.concatenate((whole, part))
-    nodes.sort()
-    return nodes, k + 1
+    return _merge(whole, _best(state, idx, rem, req)), k + 1
 
 
 def _span(cluster: Cluster, nodes: np.ndarray) -> int:
@@ -311,9 +322,7 @@ def pack(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
     whole = _leaf_nodes(cluster, usable, full)
     lo = int(starts[choice])
     idx = lo + usable[lo:lo + int(cluster.leaf_size[choice])].nonzero()[0]
-    nodes = np.concatenate((whole, _best(state, idx, rem, req)))
-    nodes.sort()
-    return nodes, int(full.size) + 1
+    return _merge(whole, _best(state, idx, rem, req)), int(full.size) + 1
 
 
 def _least_loaded(cluster: Cluster, state: NodeState, idx: np.ndarray, n: int,

@@ -517,7 +517,8 @@ class NodeState:
         excl: Nodes held by a whole-node job.
         node_end: Latest expected end (start + time limit) of the jobs on each node.
         node_aend: Latest actual end of the jobs on each node.
-        idle_count: Idle nodes per partition.
+        idle_count: Idle nodes per partition (a list: read one partition at a time, in
+            the scheduler's inner loops, where numpy scalars cost more).
         leaf_idle: Idle nodes per leaf switch.
         used_c, used_g, busy_nodes: Allocated CPUs, GPUs and non-idle nodes in total.
         version: Bumped on every allocation or release (cache key of node masks).
@@ -534,7 +535,7 @@ class NodeState:
         self.excl = np.zeros(n, dtype=bool)
         self.node_end = np.zeros(n, dtype=_I64)
         self.node_aend = np.zeros(n, dtype=_I64)
-        self.idle_count = cluster.part_mask.sum(axis=1).astype(_I64)
+        self.idle_count: list[int] = cluster.part_mask.sum(axis=1).tolist()
         self.leaf_idle = cluster.leaf_size.copy()
         self.used_c = 0
         self.used_g = 0
@@ -590,13 +591,14 @@ class NodeState:
                 self.leaf_idle += counts
             else:
                 self.leaf_idle -= counts
-        if self._partial.size:
-            self.idle_count += sign * n
+        ic = self.idle_count
+        for k in range(len(ic)):
+            ic[k] += sign * n
+        if self._partial.size:  # partitions without every node: count theirs
             part = self._partial
-            self.idle_count[part] += sign * self.cluster.part_mask[part][:, nodes].sum(
-                axis=1) - sign * n
-        else:
-            self.idle_count += sign * n
+            inside = self.cluster.part_mask[part][:, nodes].sum(axis=1).tolist()
+            for k, c in zip(part.tolist(), inside, strict=True):
+                ic[k] += sign * c - sign * n
 
     def _mark_busy(self, nodes: np.ndarray) -> None:
         self.idle[nodes] = False
