@@ -164,8 +164,9 @@ class Policy(ABC):
         ``g`` of every job, non-decreasing in the age (``now - eligible``), that reads
         nothing else of the context (no usage, state or random draws). Pending jobs with
         equal static parts then keep their arrival order whenever they are re-scored,
-        and a job arriving with that static part never scores above them: the engine
-        uses this to defer re-scorings that could change nothing. ``None``: not so.
+        and a job arriving (age 0) with that static part never scores above them: the
+        engine uses this to defer re-scorings that could change nothing. ``None``: not
+        so.
         """
         return None
 
@@ -173,11 +174,10 @@ class Policy(ABC):
                   ) -> list[float] | None:
         """:meth:`score` of a few jobs in Python floats, or ``None`` (no scalar form).
 
-        The engine scores a lone arrival and re-scores a short queue this way: on a
-        handful of jobs numpy's cost per call, not the arithmetic, is what counts. A
-        policy that implements it must return exactly the values :meth:`score` would
-        (the same float operations in the same order), so a replay is bit for bit the
-        same either way.
+        The engine scores a lone arrival this way: on one job numpy's cost per call, not
+        the arithmetic, is what counts. A policy that implements it must return exactly
+        the values :meth:`score` would (the same float operations in the same order), so
+        a replay is bit for bit the same either way.
         """
         return None
 
