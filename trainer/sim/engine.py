@@ -520,6 +520,7 @@ class Simulator:
             return
         self._lazy_at = None
         self._compact()
+        assert self._qfifo  # (kept while deferred: only an arrival that syncs can break it)
         upto = int(self.porder.searchsorted(bisect.bisect_right(self._elig, t)))
         if upto:
             self._rescore(t, upto)
