@@ -358,7 +358,8 @@ def test_overlapping_partitions(name, gpus):
 
 class _QueueChecked(Simulator):
     """Checks the pending queue after every scheduling pass, and every re-scoring
-    against a full one (the settled jobs it skipped must keep the keys it left them)."""
+    against a full one (the settled jobs it skipped must keep the keys it left them; a
+    deferred re-scoring is brought up to date first, as before any use of the keys)."""
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
@@ -385,6 +386,7 @@ class _QueueChecked(Simulator):
         self.policy.score = lambda jobs, idx, ctx: sizes.append(idx.size) or score(jobs, idx, ctx)
         try:
             super()._recalc(t)
+            self._sync_keys()
         finally:
             del self.policy.score
         if sizes and sizes[0] < self.porder.size:

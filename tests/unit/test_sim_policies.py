@@ -15,7 +15,7 @@ from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator
 from trainer.sim.placement import PLACEMENTS, Request, best_leaf_span
 from trainer.sim.policies import BASELINES, POLICIES, ScoreContext, make_policy
-from trainer.sim.slurm import SchedulerOptions
+from trainer.sim.slurm import PrioritySettings, SchedulerOptions
 from trainer.sim.speed import NoSpeedModel, SpeedModel
 from trainer.sim.state import Cluster, NodeState, build_jobs
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate
@@ -224,6 +224,44 @@ def test_scores_are_one_finite_value_per_job_and_deterministic(name):
     assert a.shape == idx.shape
     assert np.isfinite(a).all()
     assert np.array_equal(a, once())
+
+
+@pytest.mark.parametrize(("name", "settings"), [
+    ("fifo", None), ("sjf", None), ("sif", None),
+    ("multifactor", PrioritySettings(weight_age=1000, weight_partition=1000,
+                                     weight_job_size=700, max_age=5000)),
+    ("multifactor", PrioritySettings(weight_age=333, max_age=0, weight_qos=10)),
+    ("multifactor", PrioritySettings(weight_age=0, weight_job_size=1000, favor_small=True)),
+])
+def test_scalar_scores_are_bit_for_bit_the_vector_ones(name, settings):
+    cfg = WorkloadConfig(num_jobs=300, seed=5)
+    sp = default_cluster(cfg)
+    cl = Cluster.from_spec(sp)
+    names = [n.name for n in sp.nodes]
+    jobs = build_jobs([j.to_record(j.submit_time, names[:j.req_nodes]) for j in generate(cfg)],
+                      cl)
+    jobs.site_factor[:] = np.random.default_rng(1).normal(0, 50, jobs.n).round(3)
+    jobs.nice[::7] = 30
+    policy = make_policy(name, settings)
+    st_ = NodeState(cl)
+    for now in (int(jobs.eligible[0]), int(jobs.eligible[150]) + 77, int(jobs.eligible[-1]) + 9999):
+        c = ScoreContext(now, cl, st_, np.zeros(len(jobs.users)), np.random.default_rng(0))
+        idx = np.arange(jobs.n)
+        few = policy.score_few(jobs, idx.tolist(), c)
+        assert few is not None
+        assert np.array_equal(np.array(few).view(np.int64),
+                              policy.score(jobs, idx, c).astype(np.float64).view(np.int64))
+
+
+def test_only_policies_of_age_and_a_static_part_have_one():
+    cl = Cluster.from_spec(spec(4))
+    jobs = build_jobs([job(1, 0, 10)], cl)
+    slurm = make_policy("multifactor", PrioritySettings(weight_age=10, weight_partition=5))
+    assert slurm.static_part(jobs, cl) is not None
+    fair = make_policy("multifactor", PrioritySettings(weight_age=10, weight_fairshare=5))
+    assert fair.static_part(jobs, cl) is None and fair.score_few(jobs, [0], ctx(cl)) is None
+    for name in ("fifo", "tetris", "drf", "random", "saf"):
+        assert make_policy(name).static_part(jobs, cl) is None
 
 
 # ---------------------------------------------------------------------------- placements

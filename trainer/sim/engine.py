@@ -19,7 +19,12 @@ Scheduling pass (at every event time where something changed)
        was changes nothing else (the passes already made stand). When the queue is in
        arrival order and the policy's scores settle (:attr:`Policy.settles_after`:
        Slurm's multifactor without fair-share is constant once the age factor reaches
-       ``PriorityMaxAge``), only the jobs younger than that are re-scored.
+       ``PriorityMaxAge``), only the jobs younger than that are re-scored. When
+       moreover every pending job has the same static part of its score
+       (:meth:`Policy.static_part`: Slurm's baseline on one partition), a re-scoring
+       cannot change the order nor let an arrival pass a waiting job: it is deferred,
+       and the keys are brought up to its time only before a job with another static
+       part arrives or a re-scoring that might matter runs (same keys, far less work).
     2. *Main scheduler* (Slurm's main loop): pending jobs in priority order start where
        they fit; the first job of a partition that cannot start blocks the rest of that
        partition (strict priority order per partition). It runs when resources were
@@ -84,6 +89,9 @@ from .state import Cluster, JobTable, NodeState, build_jobs
 __all__ = ["EngineOptions", "Reservation", "SimResult", "Simulator", "simulate"]
 
 _INF = 2**62
+#: The (read-only) node list of a reservation by count.
+_NO_NODES = np.zeros(0, dtype=np.int64)
+_NO_NODES.flags.writeable = False
 _COMPLETE = 0
 _TIMER = 1
 
@@ -139,7 +147,7 @@ class Reservation:
     def __init__(self, job: int, part: int, shadow: int, *, extra: int = 0,
                  nodes: np.ndarray | None = None, spare_c: np.ndarray | None = None,
                  spare_g: np.ndarray | None = None, spare_m: np.ndarray | None = None) -> None:
-        z = np.zeros(0, dtype=np.int64)
+        z = _NO_NODES
         self.job = job
         self.part = part
         self.shadow = shadow
@@ -266,6 +274,13 @@ class Simulator:
         self._qhi = 0
         self._qfifo = True  # the queue holds its jobs in arrival (index) order
         self._scored_at = -_INF  # time of the last recalculation
+        # deferred re-scoring (see _defer_ok): the policy's static parts, whether the
+        # pending jobs' differ (else all are _sp_val), and the time deferred to
+        sp = policy.static_part(jobs, cluster) if policy.dynamic else None
+        self._sp: list[float] | None = None if sp is None else sp.tolist()
+        self._sp_val = 0.0
+        self._sp_mixed = False
+        self._lazy_at: int | None = None
         self.pend_count = np.zeros(n_parts, dtype=np.int64)
         self._all_parts = np.ones(n_parts, dtype=bool)
         self._n_pending = 0  # pend_count.sum()
@@ -309,6 +324,7 @@ class Simulator:
         self.next_recalc = -_INF
         self._switch_timer: set[int] = set()
         self._started = 0
+        self._started_jobs: list[int] = []  # started since the last _compact
         self._scan_upto = 0  # the main pass started jobs no further than this position
         self._pend_sum = 0
         self._pend_max = 0
@@ -401,15 +417,21 @@ class Simulator:
         self._pend_sum += queued * (hi - lo)
         if queued > self._pend_max:
             self._pend_max = queued
-        idx = np.arange(lo, hi, dtype=np.int64)
-        self.pending[lo:hi] = True
-        keys = -np.asarray(self.policy.score(self.jobs, idx, self._ctx(t)), dtype=np.float64)
-        self.key_of[lo:hi] = keys
+        if self._sp is not None:
+            self._note_static(lo, hi)
+        ctx = self._ctx(t)
         if hi - lo == 1:  # the common case, in scalars
+            few = self.policy.score_few(self.jobs, [lo], ctx)
+            if few is not None:
+                key = -few[0]
+            else:
+                key = -float(np.asarray(self.policy.score(
+                    self.jobs, np.arange(lo, hi, dtype=np.int64), ctx), dtype=np.float64)[0])
+            self.pending[lo] = True
+            self.key_of[lo] = key
             p = self._part[lo]
             self.pend_count[p] += 1
             self._n_pending += 1
-            key = float(keys[0])
             pos = int(self.pkeys.searchsorted(key, side="right"))
             self._insert(pos, lo, key)
             if key < self.blocked_key[p]:
@@ -418,6 +440,10 @@ class Simulator:
                   and pos < self.opt.bf_max_job_test):
                 self.bf_new.append(lo)
             return
+        idx = np.arange(lo, hi, dtype=np.int64)
+        self.pending[lo:hi] = True
+        keys = -np.asarray(self.policy.score(self.jobs, idx, ctx), dtype=np.float64)
+        self.key_of[lo:hi] = keys
         np.add.at(self.pend_count, self.jobs.part[lo:hi], 1)
         self._n_pending += hi - lo
         o = np.argsort(keys, kind="stable")
@@ -425,7 +451,7 @@ class Simulator:
         where = np.searchsorted(self.pkeys, keys, side="right")
         self._set_queue(np.insert(self.porder, where, idx), np.insert(self.pkeys, where, keys))
         ahead = keys < self.blocked_key[self.jobs.part[idx]]
-        if ahead.any():
+        if np.count_nonzero(ahead):
             self.main_dirty = True
         if self.opt.backfill and not self.bf_full:
             rank = where + np.arange(where.size)
@@ -433,11 +459,76 @@ class Simulator:
             if new.size:
                 self.bf_new.extend(new.tolist())
 
+    def _note_static(self, lo: int, hi: int) -> None:
+        """Jobs ``lo..hi-1`` arrive: note whether the pending jobs' static parts differ.
+
+        A deferred re-scoring is done first when they will (see :meth:`_defer_ok`).
+        """
+        sp = self._sp
+        assert sp is not None
+        if not self._n_pending:  # an empty queue starts afresh
+            self._sync_keys()
+            self._sp_val = sp[lo]
+            self._sp_mixed = False
+        if not self._sp_mixed:
+            v = self._sp_val
+            for j in range(lo, hi):
+                if sp[j] != v:
+                    self._sync_keys()
+                    self._sp_mixed = True
+                    break
+
     def _recalc(self, t: int) -> None:
-        """Re-score the pending jobs; re-sort (and re-plan) only if the order changed."""
+        """Re-score the pending jobs; re-sort (and re-plan) only if the order changed.
+
+        Deferred when it cannot change anything (:meth:`_defer_ok`): the time is noted
+        and the keys are brought up to it (:meth:`_sync_keys`) before anything that
+        depends on their values.
+        """
         self._compact()
         if not self.porder.size:
             return
+        self.stats["recalcs"] += 1
+        if self._defer_ok():
+            self._lazy_at = t
+            return
+        self._sync_keys()
+        self._rescore(t, int(self.porder.size))
+
+    def _defer_ok(self) -> bool:
+        """A re-scoring now could be deferred: it would change only key values.
+
+        So it is when the policy scores ``g(static part, age)`` (see
+        :meth:`Policy.static_part`), the queue is in arrival order and every pending
+        job has the same static part: the order cannot change (older jobs score at
+        least as high), and a job arriving with that static part (age 0) scores no
+        higher than any of them, so it goes to the end of the queue and never ahead of
+        a blocked head, whatever the keys in between. Backfill orders new jobs by key,
+        which for such a queue is arrival order with any mix of fresh and stale keys.
+        """
+        return self._sp is not None and self._qfifo and not self._sp_mixed
+
+    def _sync_keys(self) -> None:
+        """Do the deferred re-scoring, as of the time it was deferred to.
+
+        The policy's score is a function of the job and the time alone, so the keys
+        come out as the re-scorings skipped would have left them; only the jobs that
+        had arrived by then are re-scored (a prefix of the queue, in arrival order).
+        """
+        t = self._lazy_at
+        if t is None:
+            return
+        self._lazy_at = None
+        self._compact()
+        assert self._qfifo  # (kept while deferred: only an arrival that syncs can break it)
+        upto = int(self.porder.searchsorted(bisect.bisect_right(self._elig, t)))
+        if upto:
+            self._rescore(t, upto)
+        else:
+            self._scored_at = t
+
+    def _rescore(self, t: int, upto: int) -> None:
+        """Re-score the first ``upto`` pending jobs at time ``t`` (see :meth:`_recalc`)."""
         idx = self.porder
         k = 0
         settle = self.policy.settles_after
@@ -445,35 +536,42 @@ class Simulator:
             # the queue is in arrival order: the jobs eligible for ``settle`` s by the last
             # recalculation are a prefix, and their scores have not moved since
             first = bisect.bisect_right(self._elig, self._scored_at - settle)
-            k = int(idx.searchsorted(first))
-        sub = idx[k:] if k else idx
+            k = min(int(idx.searchsorted(first)), upto)
+        sub = idx[k:upto]
         keys = -np.asarray(self.policy.score(self.jobs, sub, self._ctx(t)), dtype=np.float64)
         self._scored_at = t
         self.key_of[sub] = keys
-        self.stats["recalcs"] += 1
         dk = keys[1:] - keys[:-1]
         if self._qfifo:  # ties already in arrival order: sorted by key is enough
-            same = bool((dk >= 0).all()) and (
+            # (every dk >= 0, NaN failing as with .all(): argmin finds the first NaN)
+            same = (not dk.size or bool(dk[dk.argmin()] >= 0)) and (
                 not k or not keys.size or bool(keys[0] - self.pkeys[k - 1] >= 0))
         else:
-            same = bool(((dk > 0) | ((dk == 0) & (idx[1:] > idx[:-1]))).all())
+            ok = (dk > 0) | ((dk == 0) & (sub[1:] > sub[:-1]))
+            same = np.count_nonzero(ok) == ok.size
         if same:
             # same order (ties by arrival): the passes already made stand; keys moved
-            self.pkeys[k:] = keys
+            self.pkeys[k:upto] = keys
             for p, j in self._head_job.items():
                 if self.blocked_key[p] != np.inf:
                     self.blocked_key[p] = self.key_of[j]
             return
-        if k:
-            keys = np.concatenate((self.pkeys[:k], keys))
+        keys = np.concatenate((self.pkeys[:k], keys, self.pkeys[upto:]))
         o = np.lexsort((idx, keys))
         self._set_queue(idx[o], keys[o])
         self.main_dirty = True
         self.bf_full = True
 
     def _compact(self) -> None:
-        """Drop started jobs from the pending queue (they sit in its scanned prefix)."""
+        """Drop started jobs from the pending queue (they sit in its scanned prefix).
+
+        A few jobs started from a queue in arrival order are found by binary search and
+        the queue's head is shifted over them; otherwise the prefix is packed with a
+        mask. Either way the queue ends as the same jobs, keys and order.
+        """
         if not self._started:
+            return
+        if self._started <= 4 and self._qfifo and self._shift_out():
             return
         upto = min(self.porder.size, max(self.opt.bf_max_job_test, self._scan_upto))
         head = self.porder[:upto]
@@ -489,7 +587,39 @@ class Simulator:
             keep = self.pending[self.porder]
             self._set_queue(self.porder[keep], self.pkeys[keep])
         self._started = 0
+        self._started_jobs.clear()
         self._scan_upto = 0
+
+    def _shift_out(self) -> bool:
+        """:meth:`_compact` for a few started jobs of an arrival-ordered queue.
+
+        Each segment of the queue's head between two started jobs moves right by the
+        number of started jobs after it (the last segment first, so nothing is
+        overwritten before it moved). False, changing nothing, if a job is not found.
+        """
+        lo, hi = self._qlo, self._qhi
+        qj, qk = self._qjob, self._qkey
+        q = qj[lo:hi]
+        at = []
+        for j in self._started_jobs:
+            k = int(q.searchsorted(j))
+            if k >= q.size or int(q[k]) != j:  # pragma: no cover - started jobs are queued
+                return False
+            at.append(lo + k)
+        at.sort()
+        n = len(at)
+        for i in range(n - 1, -1, -1):
+            a = lo if i == 0 else at[i - 1] + 1
+            b = at[i]
+            d = n - i
+            if b > a:
+                qj[a + d:b + d] = qj[a:b]
+                qk[a + d:b + d] = qk[a:b]
+        self._qlo = lo + n
+        self._started = 0
+        self._started_jobs.clear()
+        self._scan_upto = 0
+        return True
 
     # ------------------------------------------------------------------ masks
     def _usable(self, sh: int, view: tuple[Reservation, ...]) -> tuple[np.ndarray, int]:
@@ -598,6 +728,7 @@ class Simulator:
         self.pend_count[self._part[j]] -= 1
         self._n_pending -= 1
         self._started += 1
+        self._started_jobs.append(j)
         self.start[j] = t
         self.end[j] = aend
         self.leaves[j] = nl
@@ -688,21 +819,23 @@ class Simulator:
         else:
             sh = jobs.shape[w]
             present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
-                       np.flatnonzero(np.bincount(sh, minlength=self._n_shapes)).tolist())
-        nn_min = int(nn.min())
+                       np.bincount(sh, minlength=self._n_shapes).nonzero()[0].tolist())
+        nn_min = int(nn[nn.argmin()])
+        single = int(np.count_nonzero(self.pend_count)) == 1
         if nn_min > self._max_count(present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
-            if int(np.count_nonzero(self.pend_count)) == 1:
+            if single:
                 self._lazy_heads = [int(w[0])]
             else:
                 _, first = np.unique(jobs.part[w], return_index=True)
                 self._lazy_heads = [int(w[k]) for k in np.sort(first).tolist()]
             self.resv_valid = True
             return
-        single = int(np.count_nonzero(self.pend_count)) == 1
         part = None if single else jobs.part[w]
         lim: np.ndarray | None = None
+        late: np.ndarray | None = None  # jobs still running at resv[0]'s shadow time
+        late_for: Reservation | None = None
         res = self.opt.bf_resolution
         unreserved = self._all_parts.copy()
         n_unres = unreserved.size
@@ -724,8 +857,11 @@ class Simulator:
                 if c0 == c1:
                     feas = nn[pos0:] <= c0
                 else:
-                    feas = nn[pos0:] <= np.where(lim[pos0:] > r0.shadow // res * res - t,
-                                                 c1, c0)
+                    if late_for is not r0:  # (a reservation's shadow time stays put)
+                        late = lim > r0.shadow // res * res - t
+                        late_for = r0
+                    assert late is not None
+                    feas = nn[pos0:] <= np.where(late[pos0:], c1, c0)
             elif self.resv:
                 if lim is None:
                     lim = jobs.limit[w]
@@ -755,7 +891,7 @@ class Simulator:
                         heads = [h]
                 else:
                     assert part is not None
-                    blocked = np.flatnonzero(~feas)
+                    blocked = (~feas).nonzero()[0]
                     if blocked.size:
                         bp = part[pos0:][blocked]
                         _, first = np.unique(bp, return_index=True)
@@ -821,15 +957,21 @@ class Simulator:
         self._lazy_heads = []
         self.resv.sort(key=lambda x: x.shadow)
 
+    def _view(self, j: int, t: int) -> tuple[Reservation, ...]:
+        """The reservations ``j`` would still be running at if it started now."""
+        resv = self.resv
+        if not resv:
+            return ()
+        end = self._res_round(t + self._limit[j])
+        if len(resv) == 1:
+            return (resv[0],) if resv[0].shadow < end else ()
+        return tuple(r for r in resv if r.shadow < end)
+
     def _test(self, j: int, t: int) -> bool:
         """Start ``j`` now by backfill if it fits without delaying a reservation."""
         if self._lazy_heads:
             self._materialize(t)
-        if self.resv:
-            end = self._res_round(t + self._limit[j])
-            view = tuple(r for r in self.resv if r.shadow < end)
-        else:
-            view = ()
+        view = self._view(j, t)
         res = self._try(j, t, view)
         if res is None:
             return False
@@ -853,7 +995,7 @@ class Simulator:
         if len(new) > 4:
             cand = w[np.isin(w, new)].tolist()
         else:
-            cand = [j for j in new if (w == j).any()]
+            cand = [j for j in new if np.count_nonzero(w == j)]
             cand.sort(key=lambda j: (self.key_of[j], j))
         for j in cand:
             self._test(int(j), t)

@@ -143,7 +143,7 @@ def _cover_buckets(cnt: np.ndarray, n: int, max_leaf: int
     def bucket(c: int) -> np.ndarray:
         ids = buckets.get(c)
         if ids is None:
-            ids = buckets[c] = np.flatnonzero(cnt == c)
+            ids = buckets[c] = (cnt == c).nonzero()[0]
         return ids
 
     full: list[np.ndarray] = []
@@ -171,21 +171,35 @@ def _leaf_nodes(cluster: Cluster, usable: np.ndarray, leaves: np.ndarray) -> np.
     if leaves.size * 8 > cluster.num_leaves:  # many leaves: one pass over the nodes
         take = np.zeros(cluster.num_leaves, dtype=bool)
         take[leaves] = True
-        out: np.ndarray = np.flatnonzero(usable & take[cluster.leaf_of])
+        out: np.ndarray = (usable & take[cluster.leaf_of]).nonzero()[0]
         return out
     leaves = np.sort(leaves)
-    size = cluster.leaf_size[leaves]
-    first = cluster.leaf_start[leaves]
-    offset = np.cumsum(size) - size
-    idx = np.arange(int(size.sum())) + np.repeat(first - offset, size)
+    s = cluster.max_leaf
+    if s * cluster.num_leaves == cluster.num_nodes:  # leaves of one size: leaf k is k*s..
+        idx = ((leaves * s)[:, None] + np.arange(s)).reshape(-1)
+    else:
+        size = cluster.leaf_size[leaves]
+        first = cluster.leaf_start[leaves]
+        offset = np.cumsum(size) - size
+        idx = np.arange(int(size.sum())) + np.repeat(first - offset, size)
     out = idx[usable[idx]]
     return out
+
+
+def _merge(whole: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """The sorted union of the nodes of whole leaves and those of one more leaf.
+
+    Both are sorted and the other leaf's nodes are contiguous in index order and in no
+    leaf of ``whole``, so they go in as one block (no sort needed).
+    """
+    k = int(whole.searchsorted(part[0])) if part.size else whole.size
+    return np.concatenate((whole[:k], part, whole[k:]))
 
 
 def linear_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
                     leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
     """Best fit over all usable nodes, ignoring the switch tree."""
-    idx = np.flatnonzero(usable)
+    idx = usable.nonzero()[0]
     if idx.size < req.nodes:
         return None
     nodes = _best(state, idx, req.nodes, req)
@@ -201,7 +215,7 @@ def tree_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: R
     n = req.nodes
     starts = cluster.leaf_start
     if starts.size == 1:
-        idx = np.flatnonzero(usable)
+        idx = usable.nonzero()[0]
         if idx.size < n:
             return None
         return _best(state, idx, n, req), 1
@@ -225,7 +239,7 @@ def tree_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: R
         leaf = int(fit.argmin())
         if fit[leaf] < BIG:  # one leaf holds the job: the one with the fewest usable nodes
             lo = int(starts[leaf])
-            idx = lo + np.flatnonzero(usable[lo:lo + int(sizes[leaf])])
+            idx = lo + usable[lo:lo + int(sizes[leaf])].nonzero()[0]
             return _best(state, idx, n, req), 1
     picked = (_cover_buckets(cnt, n, cluster.max_leaf) if cluster.max_leaf <= 64
               else _cover_sorted(cnt, n))
@@ -235,11 +249,8 @@ def tree_best_fit(cluster: Cluster, state: NodeState, usable: np.ndarray, req: R
     k = int(full.size)
     whole = _leaf_nodes(cluster, usable, full)
     lo = int(starts[choice])
-    idx = lo + np.flatnonzero(usable[lo:lo + int(sizes[choice])])
-    part = _best(state, idx, rem, req)
-    nodes = np.concatenate((whole, part))
-    nodes.sort()
-    return nodes, k + 1
+    idx = lo + usable[lo:lo + int(sizes[choice])].nonzero()[0]
+    return _merge(whole, _best(state, idx, rem, req)), k + 1
 
 
 def _span(cluster: Cluster, nodes: np.ndarray) -> int:
@@ -269,7 +280,7 @@ def pack(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
     n = req.nodes
     starts = cluster.leaf_start
     if starts.size == 1:
-        idx = np.flatnonzero(usable)
+        idx = usable.nonzero()[0]
         if idx.size < n:
             return None
         return _best(state, idx, n, req), 1
@@ -280,10 +291,10 @@ def pack(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
         if req.exclusive:  # every usable node is idle: the leaf with the fewest of them
             leaf = int(np.where(fits, cnt, BIG).argmin())
             lo = int(starts[leaf])
-            idx = lo + np.flatnonzero(usable[lo:lo + int(cluster.leaf_size[leaf])])
+            idx = lo + usable[lo:lo + int(cluster.leaf_size[leaf])].nonzero()[0]
             return idx[:n], 1
         free, cap = _key(cluster, state, req)
-        idx = np.flatnonzero(usable)
+        idx = usable.nonzero()[0]
         lf = cluster.leaf_of[idx]
         keep = fits[lf]
         idx, lf = idx[keep], lf[keep]
@@ -300,7 +311,7 @@ def pack(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
         opened = np.bincount(cl, weights=np.where(state.idle[ci], cap[ci], 0), minlength=nl)
         tight = np.bincount(cl, weights=free[ci], minlength=nl)
         fuller = np.bincount(lf, weights=free[idx], minlength=nl)
-        cand = np.flatnonzero(fits)
+        cand = fits.nonzero()[0]
         o = np.lexsort((cand, fuller[cand], tight[cand], opened[cand]))
         leaf = int(cand[o[0]])
         return np.sort(ci[cl == leaf]), 1
@@ -310,10 +321,8 @@ def pack(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
     full, choice, rem = picked
     whole = _leaf_nodes(cluster, usable, full)
     lo = int(starts[choice])
-    idx = lo + np.flatnonzero(usable[lo:lo + int(cluster.leaf_size[choice])])
-    nodes = np.concatenate((whole, _best(state, idx, rem, req)))
-    nodes.sort()
-    return nodes, int(full.size) + 1
+    idx = lo + usable[lo:lo + int(cluster.leaf_size[choice])].nonzero()[0]
+    return _merge(whole, _best(state, idx, rem, req)), int(full.size) + 1
 
 
 def _least_loaded(cluster: Cluster, state: NodeState, idx: np.ndarray, n: int,
@@ -332,7 +341,7 @@ def gandiva_affinity(cluster: Cluster, state: NodeState, usable: np.ndarray, req
     n = req.nodes
     if req.exclusive:
         return tree_best_fit(cluster, state, usable, req, leaf_counts)
-    idx = np.flatnonzero(usable)
+    idx = usable.nonzero()[0]
     if idx.size < n:
         return None
     rows = state.live_rows()
@@ -355,7 +364,7 @@ def gandiva_affinity(cluster: Cluster, state: NodeState, usable: np.ndarray, req
 def random_nodes(cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
                  leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
     """``req.nodes`` usable nodes at random (see the module docstring)."""
-    idx = np.flatnonzero(usable)
+    idx = usable.nonzero()[0]
     if idx.size < req.nodes:
         return None
     rng = np.random.default_rng([req.seed % 2**63, state.version, req.job + 1])

@@ -71,6 +71,7 @@ and returns the model's choice. The engine, metrics and CLI need no change.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,6 +157,30 @@ class Policy(ABC):
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """One float score per job of ``idx`` (higher runs first)."""
 
+    def static_part(self, jobs: JobTable, cluster: Cluster) -> np.ndarray | None:
+        """Per job, the part of its score that waiting does not change, if it has one.
+
+        A policy returns it when its score is ``g(static part, age)`` for one function
+        ``g`` of every job, non-decreasing in the age (``now - eligible``), that reads
+        nothing else of the context (no usage, state or random draws). Pending jobs with
+        equal static parts then keep their arrival order whenever they are re-scored,
+        and a job arriving (age 0) with that static part never scores above them: the
+        engine uses this to defer re-scorings that could change nothing. ``None``: not
+        so.
+        """
+        return None
+
+    def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext
+                  ) -> list[float] | None:
+        """:meth:`score` of a few jobs in Python floats, or ``None`` (no scalar form).
+
+        The engine scores a lone arrival this way: on one job numpy's cost per call, not
+        the arithmetic, is what counts. A policy that implements it must return exactly
+        the values :meth:`score` would (the same float operations in the same order), so
+        a replay is bit for bit the same either way.
+        """
+        return None
+
     def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
               leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
         """The nodes a job gets among ``usable`` and the leaves they span, or ``None``.
@@ -175,6 +200,11 @@ class Fifo(Policy):
         out: np.ndarray = -jobs.eligible[idx].astype(np.float64)
         return out
 
+    def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext) -> list[float]:
+        """As :meth:`score`, in Python floats."""
+        col = jobs.eligible
+        return [-float(col[j]) for j in idx]
+
 
 class Sjf(Policy):
     """Shortest job first, by time limit (the user's estimate), then arrival."""
@@ -185,6 +215,11 @@ class Sjf(Policy):
         """A shorter time limit scores higher."""
         out: np.ndarray = -jobs.limit[idx].astype(np.float64)
         return out
+
+    def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext) -> list[float]:
+        """As :meth:`score`, in Python floats."""
+        col = jobs.limit
+        return [-float(col[j]) for j in idx]
 
 
 class Multifactor(Policy):
@@ -199,6 +234,7 @@ class Multifactor(Policy):
         # only the age factor moves (no fair-share): constant once it reaches max_age
         self.settles_after = None if self.uses_usage else max(0, self.settings.max_age)
         self._static: tuple[int, np.ndarray] | None = None
+        self._static_list: tuple[np.ndarray, list[float]] | None = None
 
     def static(self, jobs: JobTable, cluster: Cluster) -> np.ndarray:
         """Per job, the priority terms that do not change while it waits (cached)."""
@@ -224,6 +260,38 @@ class Multifactor(Policy):
             self.settings, now=ctx.now, eligible=jobs.eligible[idx],
             static=self.static(jobs, ctx.cluster)[idx], fair_share=fs,
             site_factor=jobs.site_factor[idx])
+
+    def static_part(self, jobs: JobTable, cluster: Cluster) -> np.ndarray | None:
+        """Without fair-share: the static terms plus the site factor (the age moves)."""
+        if self.settings.weight_fairshare:
+            return None
+        out: np.ndarray = self.static(jobs, cluster) + jobs.site_factor
+        return out
+
+    def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext
+                  ) -> list[float] | None:
+        """As :meth:`score` without fair-share, in Python floats (``None`` with it).
+
+        :func:`~trainer.sim.slurm.multifactor_priority` step by step: ``static +
+        site``, plus ``weight_age * age`` (``age`` an exact integer quotient, as numpy
+        divides int64 by int64), floored (zeros, infinities and NaN kept, as ``np.floor``).
+        """
+        s = self.settings
+        if s.weight_fairshare:
+            return None
+        arr = self.static(jobs, ctx.cluster)
+        if self._static_list is None or self._static_list[0] is not arr:
+            self._static_list = (arr, arr.tolist())
+        static = self._static_list[1]
+        now, w, a = ctx.now, float(s.weight_age), s.max_age
+        elig, site = jobs.eligible, jobs.site_factor
+        out = []
+        for j in idx:
+            p = static[j] + float(site[j])
+            if w:
+                p = p + w * (min(max(now - int(elig[j]), 0), a) / a) if a > 0 else p + w
+            out.append(float(math.floor(p)) if p and math.isfinite(p) else p)
+        return out
 
 
 # ---------------------------------------------------------------------------- seed heuristics
@@ -264,6 +332,11 @@ class Sif(Policy):
         """A shorter ideal (recorded) run time scores higher."""
         out: np.ndarray = -jobs.run[idx].astype(np.float64)
         return out
+
+    def score_few(self, jobs: JobTable, idx: list[int], ctx: ScoreContext) -> list[float]:
+        """As :meth:`score`, in Python floats."""
+        col = jobs.run
+        return [-float(col[j]) for j in idx]
 
 
 class Saf(Policy):

@@ -517,7 +517,8 @@ class NodeState:
         excl: Nodes held by a whole-node job.
         node_end: Latest expected end (start + time limit) of the jobs on each node.
         node_aend: Latest actual end of the jobs on each node.
-        idle_count: Idle nodes per partition.
+        idle_count: Idle nodes per partition (a list: read one partition at a time, in
+            the scheduler's inner loops, where numpy scalars cost more).
         leaf_idle: Idle nodes per leaf switch.
         used_c, used_g, busy_nodes: Allocated CPUs, GPUs and non-idle nodes in total.
         version: Bumped on every allocation or release (cache key of node masks).
@@ -534,7 +535,7 @@ class NodeState:
         self.excl = np.zeros(n, dtype=bool)
         self.node_end = np.zeros(n, dtype=_I64)
         self.node_aend = np.zeros(n, dtype=_I64)
-        self.idle_count = cluster.part_mask.sum(axis=1).astype(_I64)
+        self.idle_count: list[int] = cluster.part_mask.sum(axis=1).tolist()
         self.leaf_idle = cluster.leaf_size.copy()
         self.used_c = 0
         self.used_g = 0
@@ -584,15 +585,20 @@ class NodeState:
             leaf_idle = self.leaf_idle
             for k in self.cluster.leaf_of[nodes].tolist():
                 leaf_idle[k] += sign
-        else:
-            np.add.at(self.leaf_idle, self.cluster.leaf_of[nodes], sign)
-        if self._partial.size:
-            self.idle_count += sign * n
+        else:  # (one count per leaf; cheaper than np.add.at)
+            counts = np.bincount(self.cluster.leaf_of[nodes], minlength=self.leaf_idle.size)
+            if sign > 0:
+                self.leaf_idle += counts
+            else:
+                self.leaf_idle -= counts
+        ic = self.idle_count
+        for k in range(len(ic)):
+            ic[k] += sign * n
+        if self._partial.size:  # partitions without every node: count theirs
             part = self._partial
-            self.idle_count[part] += sign * self.cluster.part_mask[part][:, nodes].sum(
-                axis=1) - sign * n
-        else:
-            self.idle_count += sign * n
+            inside = self.cluster.part_mask[part][:, nodes].sum(axis=1).tolist()
+            for k, c in zip(part.tolist(), inside, strict=True):
+                ic[k] += sign * c - sign * n
 
     def _mark_busy(self, nodes: np.ndarray) -> None:
         self.idle[nodes] = False
@@ -621,7 +627,8 @@ class NodeState:
         c, g = self._caps(nodes)
         self.used_c += c
         self.used_g += g
-        self._mark_busy(nodes)
+        self.idle[nodes] = False
+        self._idle_delta(nodes, -1)
         self.version += 1
 
     def release_whole(self, nodes: np.ndarray) -> None:
@@ -638,7 +645,8 @@ class NodeState:
         c, g = self._caps(nodes)
         self.used_c -= c
         self.used_g -= g
-        self._mark_idle(nodes)
+        self.idle[nodes] = True
+        self._idle_delta(nodes, 1)
         self.version += 1
 
     def allocate_shared(self, nodes: np.ndarray, c: int, g: int, m: int, end: int,
