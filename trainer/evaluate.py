@@ -22,7 +22,9 @@ Test replay (:func:`evaluate`)
     replayed first under the same policy; metrics count the test jobs only, and the
     utilisation and fragmentation series start at the first test arrival
     (:func:`restrict`). A learned policy's user history (run-time, usage and locality
-    estimates) is built from the jobs that ended before the replay starts.
+    estimates) is built from the jobs that ended before the replay starts, and grows
+    with the replay's completions (:class:`~trainer.sim.observe.CompletionFeed`), as in
+    training and in production.
 
 Quality targets (:func:`check_targets`, issue 5), for the first model:
 
@@ -70,7 +72,7 @@ from .cli import _input_options, _prepare, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.placement import PLACEMENTS, Request
-from .sim.policies import BASELINES, Policy, ScoreContext, make_policy
+from .sim.policies import BASELINES, Policy, ScoreContext
 from .sim.slurm import PrioritySettings, SchedulerOptions
 from .sim.state import Cluster, JobTable, NodeState
 from .sim.stepper import window
@@ -625,10 +627,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
-            b = BASELINES[name]
-            pol = make_policy(b.policy, prio, b.placement or opts.placement)
-            return pol, replace(opts, backfill=opts.backfill if b.backfill is None
-                                else b.backfill)
+            return BASELINES[name].build(prio, opts)
         runs.append((name, baseline))
 
     results: dict[str, SimResult] = {}
@@ -637,8 +636,14 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     with _progress([n for n, _ in runs], progress) as bar:
         for name in bar:
             pol, o = make[name]()
+            sim = Simulator(table, cluster, pol, o, eng)
+            follow = getattr(pol, "follow", None) or getattr(
+                getattr(pol, "inner", None), "follow", None)
+            if follow is not None and name in models and not isinstance(models[name],
+                                                                         Policy):
+                follow(sim)  # the user history grows as jobs end, as in training
             with torch_threads(cfg.threads if name in models else None):
-                r = restrict(Simulator(table, cluster, pol, o, eng).run(), k)
+                r = restrict(sim.run(), k)
             r.policy = name
             results[name] = r
             ms[name] = metrics.compute(r)

@@ -65,7 +65,7 @@ from slurm_plugin.features import (
     schema_hash,
 )
 from slurm_plugin.placement import Candidates, candidates
-from trainer.sim.observe import nodes_raw, observe
+from trainer.sim.observe import CompletionFeed, nodes_raw, observe
 from trainer.sim.placement import Request
 from trainer.sim.policies import Policy, ScoreContext
 from trainer.sim.slurm import PrioritySettings
@@ -559,8 +559,10 @@ class TorchPolicy(Policy):
     - ``place`` is not told which job it places nor the time: the placement head sees a
       job row made from the request alone, and remaining times relative to the last
       ``score`` call;
-    - the engine reports no completions, so the :class:`UserHistory` is the one given
-      (e.g. fed from the history before the replay) and does not grow during it.
+    - the engine reports no completions: the :class:`UserHistory` is the one given
+      (e.g. fed from the history before the replay) and grows during a replay only
+      when the policy :meth:`follow` s it (:class:`~trainer.sim.observe.CompletionFeed`),
+      as it grows in training and in production.
 
     Args:
         net: The net (put in eval mode).
@@ -583,6 +585,16 @@ class TorchPolicy(Policy):
         self.history = history if history is not None else UserHistory(self.norm)
         self.max_sets = max_sets
         self._now = 0
+        self._feed: CompletionFeed | None = None
+
+    def follow(self, sim: Any) -> None:
+        """Grow the user history with the completions of ``sim`` as it replays.
+
+        ``sim`` is a :class:`~trainer.sim.engine.Simulator` replaying with this policy;
+        its completions are read at each scoring. Call it before ``sim.run()``.
+        """
+        self._feed = CompletionFeed(self.history, sim.jobs, sim.cluster, sim.start,
+                                    sim.end, sim.leaves)
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> TorchPolicy:
@@ -593,6 +605,8 @@ class TorchPolicy(Policy):
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """The net's scores of the pending rows ``idx`` (higher runs first)."""
         self._now = ctx.now
+        if self._feed is not None:
+            self._feed.advance(ctx.now)
         idx = np.asarray(idx, dtype=np.int64)
         if idx.size == 0:
             return np.zeros(0, dtype=np.float64)

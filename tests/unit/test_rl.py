@@ -445,6 +445,18 @@ def test_budget_forms():
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_imitate_a_replay_of_another_baseline(tmp_path):
+    out = tmp_path / "im"
+    res = _invoke("train", "imitate", "--trace", str(LUBLIN), "--limit", "300", "--out",
+                  str(out), "--hidden", "8", "--epochs", "1", "--max-decisions", "150",
+                  "--imitate-from", "sjf")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "imitating a replay of the sjf baseline (shortest time limit first" in res.output
+    assert json.loads((out / "config.json").read_text())["imitate_from"] == "sjf"
+    assert json.loads((out / "imitation.json").read_text())["imitate_from"] == "sjf"
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
 def test_train_all_then_resume_on_a_trace(tmp_path):
     out = tmp_path / "run"
     common = ("--trace", str(LUBLIN), "--limit", "400", "--out", str(out), "--hidden", "8",

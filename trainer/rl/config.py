@@ -85,6 +85,10 @@ class TrainConfig:
     """Candidate node sets per placement."""
     reward: str = "bsld"
     """Reward name in :data:`trainer.sim.stepper.REWARDS`."""
+    hold: bool = True
+    """The agent may hold while a job fits (the env's ``hold``); ``False`` trains a
+    work-conserving agent, as the deployed policy is (it orders the queue, Slurm starts
+    what fits)."""
     fairness: float = 0.0
     """Weight of the env's end-of-episode fairness term."""
     speed_model: str = "none"
@@ -151,7 +155,8 @@ class TrainConfig:
         """The env settings of training episodes and of the validation episode."""
         common = dict(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                       place=self.place, reward=self.reward, fairness=self.fairness,
-                      speed_model=self.speed_model, max_steps=self.max_steps)
+                      speed_model=self.speed_model, max_steps=self.max_steps,
+                      hold=self.hold)
         return (EnvConfig(episode_jobs=self.episode_jobs, **common),  # type: ignore[arg-type]
                 EnvConfig(episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup,
                           **common))  # type: ignore[arg-type]

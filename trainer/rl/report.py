@@ -30,7 +30,7 @@ from slurm_plugin.features import Normalisation, UserHistory
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics
 from ..sim.engine import EngineOptions, Simulator
-from ..sim.policies import BASELINES, make_policy
+from ..sim.policies import BASELINES
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
@@ -152,9 +152,7 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
     eng = EngineOptions(seed=seed, speed_model=spec.eval.speed_model)
     out: dict[str, dict[str, Any]] = {}
     for name in baselines or list(BASELINES):
-        b = BASELINES[name]
-        policy = make_policy(b.policy, priority, b.placement or opts.placement)
-        o = replace(opts, backfill=opts.backfill if b.backfill is None else b.backfill)
+        policy, o = BASELINES[name].build(priority, opts)
         r = Simulator(jobs, spec.cluster, policy, o, eng).run()
         r.policy = name
         out[name] = metrics.compute(r)
@@ -163,7 +161,9 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
         hist = history_before(spec.jobs, spec.cluster, lo, spec.norm,
                               spec.eval.history_jobs)
         tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement)
-        r = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=bf), eng).run()
+        sim = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=bf), eng)
+        tp.follow(sim)
+        r = sim.run()
         r.policy = label
         out[label] = metrics.compute(r)
     env_traj = run_group(net, spec, [Task(lo, 0, "greedy", eval=True, keep_steps=False)])[0]
