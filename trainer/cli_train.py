@@ -197,6 +197,9 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--hold/--no-hold", "hold", None,
      "Let the agent hold while a job fits (default); --no-hold trains a work-conserving"
      " agent, as deployed (Slurm starts what fits in the policy's order)."),
+    ("--val-deployed", "val_deployed", None,
+     "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, EASY"
+     " backfill, in the batch engine) instead of greedy in the env."),
     ("--place", "place", None,
      "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
 )
@@ -415,7 +418,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                                  "test_jobs": data.jobs.n - spec.jobs.n}})
     _write_json(resolved, out / "config.json")
     trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
-                      meta={"source": data.source})
+                      meta={"source": data.source}, options=data.options)
     try:
         res = trainer.run(resume=cmd.resume)
     except (FileNotFoundError, RuntimeError) as exc:

@@ -104,6 +104,11 @@ class TrainConfig:
     """Updates between saves of the resumable training state (and at the end)."""
     val_metric: str = "bsld_mean"
     """Episode metric that picks the best checkpoint (:data:`VAL_METRICS`)."""
+    val_deployed: bool = False
+    """Validate the net as deployed (it orders the queue of the batch engine, with EASY
+    backfill: :func:`trainer.rl.report.deployed_metrics`) instead of greedy in the env
+    (where it picks which fitting job starts): the best checkpoint is then the best
+    deployed one. Costs an engine replay of the validation window per validation."""
     references: tuple[str, ...] = ("sjf", "fifo", "random")
     """Heuristic agents (:data:`trainer.rl.acting.AGENTS`) run once on the validation
     window, for the curves and the summary."""
@@ -139,6 +144,8 @@ class TrainConfig:
         _need(self.eval_every >= 1 and self.checkpoint_every >= 1, c,
               "eval_every and checkpoint_every must be >= 1")
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
+        _need(not (self.val_deployed and self.val_metric == "reward_sum"), c,
+              "val_deployed has no reward_sum: pick another val_metric")
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
