@@ -200,6 +200,9 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--val-deployed", "val_deployed", None,
      "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, EASY"
      " backfill, in the batch engine) instead of greedy in the env."),
+    ("--rank-all/--no-rank-all", "rank_all", None,
+     "With --val-deployed: rank every pending job by its raw score (default, as the"
+     " helper's rank_all), or the jobs that fit now first."),
     ("--place", "place", None,
      "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -384,3 +385,19 @@ def test_a_loaded_model_follows_the_replay_completions(tiny_checkpoint, monkeypa
     evaluate(jobs, cl, {"net": tiny_checkpoint}, EvalConfig(baselines=("slurm",)))
     # the history grows while the replay runs (jobs before the replay seed it)
     assert seen and seen[-1] > seen[0]
+
+
+def test_rank_all_reaches_the_loaded_model(tiny_checkpoint):
+    from trainer.evaluate import load_policy
+    from trainer.sim.slurm import PrioritySettings
+
+    prio = PrioritySettings(weight_age=5000)
+    pol = load_policy(tiny_checkpoint, rank_all=False, settings=prio)
+    assert pol.rank_all is False and pol._slurm.settings == prio
+    assert load_policy(tiny_checkpoint).rank_all is True
+    jobs, cl = _table(150, interarrival=5.0)  # a queue builds up
+    cfg = EvalConfig(baselines=("slurm",))
+    a = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    b = evaluate(jobs, cl, {"net": tiny_checkpoint}, dataclasses.replace(cfg, rank_all=False))
+    assert a.metrics["net"]["wait_s"] != b.metrics["net"]["wait_s"]
+    assert a.metrics["slurm"]["wait_s"] == b.metrics["slurm"]["wait_s"]

@@ -109,6 +109,9 @@ class TrainConfig:
     backfill: :func:`trainer.rl.report.deployed_metrics`) instead of greedy in the env
     (where it picks which fitting job starts): the best checkpoint is then the best
     deployed one. Costs an engine replay of the validation window per validation."""
+    rank_all: bool = True
+    """How the deployed validation ranks the queue, as the helper's ``rank_all``: every
+    job by its raw score, or (``False``) the jobs that fit now first."""
     references: tuple[str, ...] = ("sjf", "fifo", "random")
     """Heuristic agents (:data:`trainer.rl.acting.AGENTS`) run once on the validation
     window, for the curves and the summary."""

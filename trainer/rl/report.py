@@ -66,13 +66,14 @@ def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisatio
 
 def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      options: SchedulerOptions | None = None, seed: int = 0,
-                     backfill: bool = True) -> dict[str, float]:
+                     backfill: bool = True, rank_all: bool = True) -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
     engine, with EASY backfill (how the helper deploys it), on the window the env
     validates on: the ``spec.eval.warmup_jobs`` jobs before it are replayed first and
-    not counted, and the user history grows with the replay's completions. Keys are
+    not counted, and the user history grows with the replay's completions; ``rank_all``
+    as the helper's (:class:`~trainer.policy.TorchPolicy`). Keys are
     the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either can pick the
     best checkpoint.
     """
@@ -85,7 +86,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     jobs = window(spec.jobs, lo - warm, min(spec.jobs.n, lo + size), shift=False)
     hist = history_before(spec.jobs, spec.cluster, lo - warm, spec.norm,
                           spec.eval.history_jobs)
-    tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement)
+    tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
+                     rank_all=rank_all)
     sim = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=backfill),
                     EngineOptions(seed=seed, speed_model=spec.eval.speed_model))
     tp.follow(sim)

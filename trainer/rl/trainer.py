@@ -331,7 +331,8 @@ class Trainer:
                   steps: int, wall0: float) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         net.eval()
         if self.cfg.val_deployed:
-            m = deployed_metrics(self.spec, net, options=self.options, seed=self.cfg.seed)
+            m = deployed_metrics(self.spec, net, options=self.options, seed=self.cfg.seed,
+                                 rank_all=self.cfg.rank_all)
             v = float(m[self.cfg.val_metric])
         else:
             t = pool.run(net, [[self._val_task()]])[0][0]
