@@ -76,9 +76,11 @@ class OnnxPolicy(TorchPolicy):
         session: An onnxruntime session of a contract model.
         norm: Normalisation of the features (the card's).
         history: Users' history for the run-time, usage and locality estimates.
-        settings: Priority settings (kept for the interface).
+        settings: Priority settings (the order of the jobs that do not fit now,
+            without ``rank_all``).
         placement: Fallback placement name.
         max_sets: Candidate node sets per placement.
+        rank_all: As :class:`~trainer.policy.TorchPolicy`'s (the helper's ``rank_all``).
     """
 
     name: ClassVar[str] = "onnx"
@@ -86,11 +88,12 @@ class OnnxPolicy(TorchPolicy):
     def __init__(self, session: Any, *, norm: Normalisation | None = None,
                  history: UserHistory | None = None,
                  settings: PrioritySettings | None = None, placement: str = "tree",
-                 max_sets: int = 8) -> None:
+                 max_sets: int = 8, rank_all: bool = True) -> None:
         backend = OrtBackend(session)
         # TorchPolicy only calls eval() and forward_batch() on its net
         super().__init__(cast(PolicyNet, backend), history=history, norm=norm,
-                         settings=settings, placement=placement, max_sets=max_sets)
+                         settings=settings, placement=placement, max_sets=max_sets,
+                         rank_all=rank_all)
         self.backend = backend
 
     @classmethod

@@ -252,17 +252,13 @@ def run_baselines(prep: _Prepared, names: list[str], *, progress: bool = False
     """Replay each baseline; returns the results and their metrics by name."""
     from .sim import metrics
     from .sim.engine import EngineOptions, Simulator
-    from .sim.policies import make_policy
 
     results: dict[str, Any] = {}
     ms: dict[str, dict[str, Any]] = {}
     eng = EngineOptions(seed=prep.cfg.seed, speed_model=prep.cfg.speed_model)
 
     def one(name: str) -> None:
-        b = BASELINES[name]
-        policy = make_policy(b.policy, prep.priority, b.placement or prep.options.placement)
-        opts = replace(prep.options, backfill=prep.options.backfill if b.backfill is None
-                       else b.backfill)
+        policy, opts = BASELINES[name].build(prep.priority, prep.options)
         r = Simulator(prep.jobs, prep.cluster, policy, opts, eng).run()
         r.policy = name
         results[name] = r

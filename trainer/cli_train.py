@@ -21,6 +21,11 @@ own starts; ``slurm`` imitates a replay of the Slurm baseline (as configured by
 ``--config``) on the same jobs, for a history without a real schedule; ``auto`` (the
 default) takes ``slurm`` when no record waited (a trace without wait times, such as
 the Lublin model, records every job as starting at its submit time), else ``history``.
+Any other baseline name of :data:`trainer.sim.policies.BASELINES` imitates a replay of
+that baseline: a stronger teacher than the incumbent (DL² warm-starts from the
+incumbent). SIF, SAF, DSIF and SPF order by the recorded run time, which the net only
+sees estimated: imitating them teaches the net to approximate an oracle from its
+features.
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ __all__ = ["AllCommand", "ImitateCommand", "RLCommand", "parse_budget", "train"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-IMITATE_FROM = ("auto", "history", "slurm")
+def _imitate_from() -> tuple[str, ...]:
+    from .sim.policies import BASELINES
+
+    return ("auto", "history", *BASELINES)
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,7 @@ class ImitateCommand(InputOptions):
         epochs: Passes over the training decisions (``None``: ImitationConfig's).
         hidden: Width of the network (``None``: ImitationConfig's).
         max_decisions: Decisions reconstructed at most (``None``: ImitationConfig's).
-        imitate_from: ``auto``, ``history`` or ``slurm`` (module docstring).
+        imitate_from: ``auto``, ``history`` or a baseline name (module docstring).
     """
 
     epochs: int | None = None
@@ -133,7 +141,7 @@ class AllCommand(RLCommand):
     Attributes:
         epochs: Imitation epochs (``None``: ImitationConfig's).
         max_decisions: Imitation decisions at most (``None``: ImitationConfig's).
-        imitate_from: ``auto``, ``history`` or ``slurm``.
+        imitate_from: ``auto``, ``history`` or a baseline name.
         hidden: Width of the network (``None``: ImitationConfig's).
     """
 
@@ -186,6 +194,15 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Updates between saves of the resumable state (default 10)."),
     ("--group", "group", click.IntRange(min=1),
      "Episodes a worker runs in lockstep with batched inference (default 4)."),
+    ("--hold/--no-hold", "hold", None,
+     "Let the agent hold while a job fits (default); --no-hold trains a work-conserving"
+     " agent, as deployed (Slurm starts what fits in the policy's order)."),
+    ("--val-deployed", "val_deployed", None,
+     "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, EASY"
+     " backfill, in the batch engine) instead of greedy in the env."),
+    ("--rank-all/--no-rank-all", "rank_all", None,
+     "With --val-deployed: rank every pending job by its raw score (default, as the"
+     " helper's rank_all), or the jobs that fit now first."),
     ("--place", "place", None,
      "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
 )
@@ -231,10 +248,12 @@ def _imitation_options(fn: F) -> F:
                      help="Imitation epochs (default 10)."),
         click.option("--max-decisions", type=click.IntRange(min=1),
                      help="Imitation decisions reconstructed at most (default 10,000)."),
-        click.option("--imitate-from", type=click.Choice(IMITATE_FROM),
+        click.option("--imitate-from", type=click.Choice(_imitate_from()),
                      help="Decisions to imitate: the records' own starts (history), a"
-                          " replay of the Slurm baseline (slurm), or auto (default: slurm"
-                          " when no record waited)."),
+                          " replay of the Slurm baseline (slurm) or of another baseline"
+                          " (e.g. sjf; sif and spf read the recorded run time, which the"
+                          " net only estimates), or auto (default: slurm when no record"
+                          " waited, else history)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -333,19 +352,21 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
     from .imitate import ImitationConfig, records_from_sim, train_imitation
     from .policy import save_checkpoint
     from .sim.engine import EngineOptions, Simulator
-    from .sim.policies import make_policy
+    from .sim.policies import BASELINES
 
     over = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
                               ("max_decisions", cmd.max_decisions)) if v is not None}
     icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1, **over)
     source = _imitation_source(data, cmd.imitate_from)
     records = data.records
-    if source == "slurm":
-        click.echo("imitating a replay of the Slurm baseline (the records hold no schedule"
-                   " of their own)" if cmd.imitate_from == "auto" else
-                   "imitating a replay of the Slurm baseline", err=True)
-        policy = make_policy("multifactor", data.priority, data.options.placement)
-        r = Simulator(data.jobs, data.cluster, policy, data.options,
+    if source != "history":
+        what = ("the Slurm baseline" if source == "slurm" else
+                f"the {source} baseline ({BASELINES[source].help})")
+        click.echo(f"imitating a replay of {what} (the records hold no schedule of their"
+                   " own)" if cmd.imitate_from == "auto" else
+                   f"imitating a replay of {what}", err=True)
+        policy, opts = BASELINES[source].build(data.priority, data.options)
+        r = Simulator(data.jobs, data.cluster, policy, opts,
                       EngineOptions(seed=cmd.seed, keep_placements=True)).run()
         records = records_from_sim(records, r)
     try:
@@ -400,7 +421,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                                  "test_jobs": data.jobs.n - spec.jobs.n}})
     _write_json(resolved, out / "config.json")
     trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
-                      meta={"source": data.source})
+                      meta={"source": data.source}, options=data.options)
     try:
         res = trainer.run(resume=cmd.resume)
     except (FileNotFoundError, RuntimeError) as exc:

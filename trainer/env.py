@@ -18,10 +18,10 @@ Masks
     ``info["action_mask"]`` (bool, ``max_jobs + 1``; also :meth:`SchedEnv.action_masks`)
     allows, in the job phase, the visible jobs that fit now (enough free nodes of their
     partition) and hold, unless holding could change nothing (no job running and none
-    still to arrive); in the placement phase, the job's candidates. An action outside
-    the mask is rejected: by default the state does not change, the step earns
-    ``-invalid_penalty`` and ``info["invalid_action"]`` says why; with
-    ``invalid_action="raise"`` it raises :class:`ValueError`.
+    still to arrive) or ``hold=False`` and a visible job fits; in the placement phase, the
+    job's candidates. An action outside the mask is rejected: by default the state does
+    not change, the step earns ``-invalid_penalty`` and ``info["invalid_action"]`` says
+    why; with ``invalid_action="raise"`` it raises :class:`ValueError`.
 
 Time skips ahead by itself
     Whenever no visible job fits, hold is the only legal action, so the environment
@@ -127,6 +127,10 @@ class EnvConfig:
     """Bounded-slowdown threshold, s (:data:`trainer.sim.metrics.TAU`)."""
     history_jobs: int = 256
     """Earlier jobs (ended before the window starts) the user history starts from."""
+    hold: bool = True
+    """Hold is legal while a visible job fits; ``False``: only the jobs that fit are
+    (the agent is work-conserving, as the deployed policy is: it orders the queue and
+    Slurm starts what fits, so it can never leave resources idle on purpose)."""
     warmup_jobs: int = 0
     """Jobs just before the window replayed first, in the same episode, so that the
     window does not start on an empty cluster (validation); the agent acts on them too,
@@ -294,7 +298,8 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             mask[:len(self._cands)] = True
         else:
             mask[:self._rows.size] = self._fits
-            mask[cfg.max_jobs] = self.stepper.can_advance
+            mask[cfg.max_jobs] = self.stepper.can_advance and (
+                cfg.hold or not bool(self._fits.any()))
         return mask
 
     # ------------------------------------------------------------------ episode

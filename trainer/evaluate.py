@@ -22,7 +22,9 @@ Test replay (:func:`evaluate`)
     replayed first under the same policy; metrics count the test jobs only, and the
     utilisation and fragmentation series start at the first test arrival
     (:func:`restrict`). A learned policy's user history (run-time, usage and locality
-    estimates) is built from the jobs that ended before the replay starts.
+    estimates) is built from the jobs that ended before the replay starts, and grows
+    with the replay's completions (:class:`~trainer.sim.observe.CompletionFeed`), as in
+    training and in production.
 
 Quality targets (:func:`check_targets`, issue 5), for the first model:
 
@@ -70,7 +72,7 @@ from .cli import _input_options, _prepare, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.placement import PLACEMENTS, Request
-from .sim.policies import BASELINES, Policy, ScoreContext, make_policy
+from .sim.policies import BASELINES, Policy, ScoreContext
 from .sim.slurm import PrioritySettings, SchedulerOptions
 from .sim.state import Cluster, JobTable, NodeState
 from .sim.stepper import window
@@ -116,6 +118,10 @@ class EvalConfig:
     history_jobs: int = 256
     """Finished jobs before the replay that a learned policy's user history starts
     from (the most recent ones)."""
+    rank_all: bool = True
+    """How a learned policy orders the queue, as the helper's ``rank_all``: every job by
+    its raw score, or (``False``) the jobs that fit now first, the others in Slurm's
+    multifactor order (:class:`~trainer.policy.TorchPolicy`)."""
     bsld_reduction: float = 0.30
     """Target: mean bounded slowdown at least this share below the Slurm baseline's."""
     p99_slack: float = 0.10
@@ -315,7 +321,8 @@ class FixedPlacement(Policy):
 
 
 def load_policy(path: str | os.PathLike[str], *, history: Any = None,
-                placement: str = "policy") -> Policy:
+                placement: str = "policy", rank_all: bool = True,
+                settings: PrioritySettings | None = None) -> Policy:
     """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
 
     Args:
@@ -323,6 +330,9 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         history: A :class:`~slurm_plugin.features.UserHistory`, or a callable taking
             the policy's normalisation and returning one.
         placement: ``policy`` (the net's placement head) or a placement name.
+        rank_all: Rank every job by its raw score, or those that fit now first.
+        settings: Priority settings (the order of the jobs that do not fit now,
+            without ``rank_all``).
 
     Raises:
         ValueError: If the file is not a checkpoint nor a valid model (with the reason).
@@ -333,13 +343,13 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         from slurm_plugin.model import ModelError
 
         try:
-            pol: Any = OnnxPolicy.from_file(p)
+            pol: Any = OnnxPolicy.from_file(p, settings=settings, rank_all=rank_all)
         except ModelError as exc:
             raise ValueError(f"{p}: {exc.reason} ({exc.action})") from None
     else:
         from trainer.policy import TorchPolicy
 
-        pol = TorchPolicy.from_checkpoint(p)
+        pol = TorchPolicy.from_checkpoint(p, settings=settings, rank_all=rank_all)
     if history is not None:
         pol.history = history(pol.norm) if callable(history) else history
     out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
@@ -621,14 +631,12 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         def learned(m: Any = m) -> tuple[Policy, SchedulerOptions]:
             if isinstance(m, Policy):
                 return m, opts
-            return load_policy(m, history=history, placement=cfg.policy_placement), opts
+            return load_policy(m, history=history, placement=cfg.policy_placement,
+                               rank_all=cfg.rank_all, settings=prio), opts
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
-            b = BASELINES[name]
-            pol = make_policy(b.policy, prio, b.placement or opts.placement)
-            return pol, replace(opts, backfill=opts.backfill if b.backfill is None
-                                else b.backfill)
+            return BASELINES[name].build(prio, opts)
         runs.append((name, baseline))
 
     results: dict[str, SimResult] = {}
@@ -637,8 +645,14 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     with _progress([n for n, _ in runs], progress) as bar:
         for name in bar:
             pol, o = make[name]()
+            sim = Simulator(table, cluster, pol, o, eng)
+            follow = getattr(pol, "follow", None) or getattr(
+                getattr(pol, "inner", None), "follow", None)
+            if follow is not None and name in models and not isinstance(models[name],
+                                                                         Policy):
+                follow(sim)  # the user history grows as jobs end, as in training
             with torch_threads(cfg.threads if name in models else None):
-                r = restrict(Simulator(table, cluster, pol, o, eng).run(), k)
+                r = restrict(sim.run(), k)
             r.policy = name
             results[name] = r
             ms[name] = metrics.compute(r)
@@ -710,6 +724,10 @@ def _eval_options(fn: Any) -> Any:
         click.option("--policy-placement", type=click.Choice(["policy", *PLACEMENTS]),
                      help="Node selection of the models: their placement head (policy,"
                           " default) or a named placement."),
+        click.option("--rank-all/--no-rank-all", default=None,
+                     help="How the models order the queue, as the helper's rank_all: every"
+                          " job by its raw score (default), or the jobs that fit now first,"
+                          " the others in Slurm's order."),
         click.option("--locality-targets/--no-locality-targets", default=None,
                      help="Check the JCT and leaf-locality targets (default: when the speed"
                           " model is not none)."),
@@ -726,7 +744,8 @@ def _eval_options(fn: Any) -> Any:
 def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      train_share: float | None, val_share: float | None,
                      warmup: float | None, policy_placement: str | None,
-                     locality_targets: bool | None, **kwargs: Any) -> None:
+                     locality_targets: bool | None, rank_all: bool | None,
+                     **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
@@ -741,7 +760,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
                             "policy_placement": policy_placement,
-                            "locality_targets": locality_targets}
+                            "locality_targets": locality_targets, "rank_all": rank_all}
     try:
         cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
     except ValueError as exc:

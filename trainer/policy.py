@@ -65,9 +65,9 @@ from slurm_plugin.features import (
     schema_hash,
 )
 from slurm_plugin.placement import Candidates, candidates
-from trainer.sim.observe import nodes_raw, observe
+from trainer.sim.observe import CompletionFeed, nodes_raw, observe
 from trainer.sim.placement import Request
-from trainer.sim.policies import Policy, ScoreContext
+from trainer.sim.policies import Multifactor, Policy, ScoreContext
 from trainer.sim.slurm import PrioritySettings
 from trainer.sim.state import Cluster, JobTable, NodeState
 
@@ -88,6 +88,10 @@ __all__ = [
 
 #: Logit of a masked entry (an infeasible job, a padded row, an unusable node set).
 MASKED = -1e9
+
+#: Added to the scores of the jobs that fit now without ``rank_all`` (above any Slurm
+#: priority, which is a 32-bit unsigned integer).
+FITS_FIRST = 1e10
 
 #: Bumped when the checkpoint layout changes.
 CHECKPOINT_FORMAT = 1
@@ -545,8 +549,13 @@ class TorchPolicy(Policy):
 
     ``score`` builds the observation of the rows it is given with
     :func:`trainer.sim.observe.observe` (re-scored every calc period: ``dynamic``) and
-    returns the net's job scores, without the feasibility mask (the order of the queue
-    is a priority, not a feasibility test; the hold score is ignored). ``place`` scores
+    returns the net's job scores (the hold score is ignored), as the helper ranks them
+    (its ``rank_all`` setting): with ``rank_all`` every pending job by its raw score
+    (the net runs with every job marked as startable; the order of the queue is a
+    priority, not a feasibility test); without, the jobs that fit now by the net's score
+    (the net runs with the true mask, as in training, where it only ever picks among
+    the jobs that fit), above every other job, which keep Slurm's multifactor order
+    (``settings``). ``place`` scores
     :func:`slurm_plugin.placement.candidates` restricted to the engine's usable nodes
     with the placement head and falls back to the default placement (``placement``)
     when there is no candidate.
@@ -559,30 +568,48 @@ class TorchPolicy(Policy):
     - ``place`` is not told which job it places nor the time: the placement head sees a
       job row made from the request alone, and remaining times relative to the last
       ``score`` call;
-    - the engine reports no completions, so the :class:`UserHistory` is the one given
-      (e.g. fed from the history before the replay) and does not grow during it.
+    - the engine reports no completions: the :class:`UserHistory` is the one given
+      (e.g. fed from the history before the replay) and grows during a replay only
+      when the policy :meth:`follow` s it (:class:`~trainer.sim.observe.CompletionFeed`),
+      as it grows in training and in production.
 
     Args:
         net: The net (put in eval mode).
         history: Users' history for the run-time, usage and locality estimates.
         norm: Normalisation of the features (the checkpoint's).
-        settings: Priority settings (unused by the net; kept for the interface).
+        settings: Priority settings (the order of the jobs that do not fit now,
+            without ``rank_all``).
         placement: Fallback placement name.
         max_sets: Candidate node sets per placement.
+        rank_all: Rank every pending job by its raw score (the helper's default), or
+            the jobs that fit now first (module docstring of the class).
     """
 
     name: ClassVar[str] = "torch"
 
     def __init__(self, net: PolicyNet, *, history: UserHistory | None = None,
                  norm: Normalisation | None = None, settings: PrioritySettings | None = None,
-                 placement: str = "tree", max_sets: int = 8) -> None:
+                 placement: str = "tree", max_sets: int = 8, rank_all: bool = True) -> None:
         super().__init__(settings, placement)
         self.dynamic = True
+        self.rank_all = rank_all
+        self._slurm = Multifactor(self.settings, placement)
+        self.uses_usage = not rank_all and self._slurm.uses_usage
         self.net = net.eval()
         self.norm = norm or Normalisation()
         self.history = history if history is not None else UserHistory(self.norm)
         self.max_sets = max_sets
         self._now = 0
+        self._feed: CompletionFeed | None = None
+
+    def follow(self, sim: Any) -> None:
+        """Grow the user history with the completions of ``sim`` as it replays.
+
+        ``sim`` is a :class:`~trainer.sim.engine.Simulator` replaying with this policy;
+        its completions are read at each scoring. Call it before ``sim.run()``.
+        """
+        self._feed = CompletionFeed(self.history, sim.jobs, sim.cluster, sim.start,
+                                    sim.end, sim.leaves)
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> TorchPolicy:
@@ -593,15 +620,20 @@ class TorchPolicy(Policy):
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """The net's scores of the pending rows ``idx`` (higher runs first)."""
         self._now = ctx.now
+        if self._feed is not None:
+            self._feed.advance(ctx.now)
         idx = np.asarray(idx, dtype=np.int64)
         if idx.size == 0:
             return np.zeros(0, dtype=np.float64)
         obs = observe(jobs, idx, ctx.cluster, ctx.state, ctx.now, self.history, self.norm)
         b = batch_tensors([(obs, None, None)])
-        b.job_mask = b.job_valid.clone()  # raw scores: the queue order, not feasibility
+        if self.rank_all:
+            b.job_mask = b.job_valid.clone()  # raw scores: the queue order, not feasibility
         with torch.no_grad():
             logits = self.net.forward_batch(b)[0][0, :obs.n_jobs]
         out: np.ndarray = logits.double().numpy()
+        if not self.rank_all:
+            out = np.where(obs.job_mask, FITS_FIRST + out, self._slurm.score(jobs, idx, ctx))
         return out
 
     def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,

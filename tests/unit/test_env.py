@@ -211,6 +211,23 @@ def test_masked_actions_raise_or_are_rejected():
     assert env.stepper.now == before and env.stepper.n_pending == 1
 
 
+def test_without_hold_the_agent_must_start_a_fitting_job():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
+    env = tiny_env(recs, max_jobs=4, hold=False, invalid_action="raise")
+    _, info = env.reset(seed=0)
+    assert info["action_mask"].tolist() == [True, False, False, False, False]
+    with pytest.raises(ValueError, match="masked action"):
+        env.step(4)
+    _, _, _, _, info = env.step(0)
+    assert info["now"] == 2  # job 2 does not fit: time still runs on by itself
+    assert info["action_mask"].tolist() == [False, True, False, False, False]
+    _, _, term, _, info = env.step(1)
+    assert not term and info["now"] == 100  # nothing fits: hold is taken for the agent
+    assert info["action_mask"].tolist() == [True, False, False, False, False]
+    _, _, term, _, _ = env.step(0)
+    assert term and env.result().start.tolist() == [0, 100, 2]
+
+
 def test_placement_phase_rejects_a_missing_candidate():
     recs = [job(1, 0, 100, 1)]
     env = tiny_env(recs, max_jobs=4, place=True, max_candidates=4, invalid_action="raise")

@@ -315,6 +315,37 @@ def test_torch_policy_scores_follow_the_net():
         is None
 
 
+def test_torch_policy_without_rank_all_puts_the_jobs_that_fit_first():
+    spec, recs = _workload(40)
+    from trainer.policy import FITS_FIRST
+    from trainer.sim.observe import observe
+    from trainer.sim.policies import Multifactor, ScoreContext
+    from trainer.sim.state import Cluster, NodeState, build_jobs
+
+    cl = Cluster.from_spec(spec)
+    jobs = build_jobs(recs, cl)
+    st = NodeState(cl)
+    now = int(jobs.eligible[29])
+    st.allocate_whole(np.arange(1, cl.num_nodes), now + 3600, now + 1800)
+    st.allocate_shared(np.array([0]), 32, 6, 0, now + 3600, now + 1800)  # 2 GPUs free
+    idx = np.arange(30)
+    ctx = ScoreContext(now, cl, st, np.zeros(len(jobs.users)), np.random.default_rng(0))
+    pol = TorchPolicy(net_for_tests(seed=1), rank_all=False)
+    scores = pol.score(jobs, idx, ctx)
+    obs = observe(jobs, idx, cl, st, now, pol.history, pol.norm)
+    fits = obs.job_mask
+    assert 0 < fits.sum() < fits.size
+    assert scores[fits].min() > scores[~fits].max()
+    # the jobs that fit: the net's scores with the true mask (its context as in training)
+    with torch.no_grad():
+        ref = net_for_tests(seed=1)(*obs_tensors(obs))[0][:-1].numpy()
+    np.testing.assert_allclose(scores[fits] - FITS_FIRST, ref[fits], atol=1e-5)
+    # the others: Slurm's multifactor order
+    np.testing.assert_array_equal(scores[~fits], Multifactor().score(jobs, idx, ctx)[~fits])
+    raw = TorchPolicy(net_for_tests(seed=1)).score(jobs, idx, ctx)
+    assert not np.allclose(raw[fits], ref[fits], atol=1e-4)  # all-true mask: other context
+
+
 # ---------------------------------------------------------------------------- ONNX
 def test_forward_exports_to_onnx_with_dynamic_axes(tmp_path):
     pytest.importorskip("onnx")

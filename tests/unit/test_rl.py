@@ -238,6 +238,39 @@ def test_training_writes_curves_and_checkpoints(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
+def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
+    from trainer.rl.report import deployed_metrics
+
+    spec, cfg = _short(budget_updates=2, budget_steps=None, val_deployed=True,
+                       val_warmup=12)
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    vals = res.curves["val"]
+    assert [p["update"] for p in vals] == [0, 2]
+    assert all("wait_p99" in p for p in vals)  # engine metrics, not the env's
+    best = min(vals, key=lambda p: p["bsld_mean"])
+    assert res.best["bsld_mean"] == best["bsld_mean"]
+    again = deployed_metrics(spec, res.best_net, seed=cfg.seed)
+    assert again["bsld_mean"] == best["bsld_mean"] and again["jobs"] == 48
+    # by hand: the window's 48 jobs, after 12 warm-up jobs, ordered by the net
+    from trainer.evaluate import restrict
+    from trainer.policy import TorchPolicy
+    from trainer.rl.report import history_before
+    from trainer.sim import metrics
+    from trainer.sim.engine import EngineOptions, Simulator
+    from trainer.sim.stepper import window
+
+    lo = spec.train_rows
+    tp = TorchPolicy(res.best_net, history=history_before(spec.jobs, spec.cluster, lo - 12,
+                                                          spec.norm), norm=spec.norm)
+    sim = Simulator(window(spec.jobs, lo - 12, lo + 48, shift=False), spec.cluster, tp,
+                    None, EngineOptions(seed=cfg.seed))
+    tp.follow(sim)
+    m = metrics.compute(restrict(sim.run(), 12))
+    assert m["bsld"]["mean"] == again["bsld_mean"]
+    with pytest.raises(ValueError, match="reward_sum"):
+        TrainConfig(val_deployed=True, val_metric="reward_sum")
+
+
 # ---------------------------------------------------------------------------- pieces
 def test_gae_by_hand():
     adv = gae(np.array([1.0, 2.0]), np.array([0.5, 1.0]), 0.0, 0.9, 0.8)
@@ -442,6 +475,18 @@ def test_budget_forms():
 
     with pytest.raises(click.BadParameter, match="wall time"):
         parse_budget("lots")
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_imitate_a_replay_of_another_baseline(tmp_path):
+    out = tmp_path / "im"
+    res = _invoke("train", "imitate", "--trace", str(LUBLIN), "--limit", "300", "--out",
+                  str(out), "--hidden", "8", "--epochs", "1", "--max-decisions", "150",
+                  "--imitate-from", "sjf")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "imitating a replay of the sjf baseline (shortest time limit first" in res.output
+    assert json.loads((out / "config.json").read_text())["imitate_from"] == "sjf"
+    assert json.loads((out / "imitation.json").read_text())["imitate_from"] == "sjf"
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")

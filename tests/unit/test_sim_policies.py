@@ -469,3 +469,19 @@ def test_baselines_name_known_policies_and_placements():
         Baseline("fifo", True, "x", "nowhere")
     with pytest.raises(ValueError, match="policy"):
         Baseline("nope", True, "x")
+
+
+def test_baseline_build_applies_its_backfill_and_placement():
+    from dataclasses import replace as _replace
+
+    from trainer.sim.policies import BASELINES
+    from trainer.sim.slurm import SchedulerOptions
+
+    opts = SchedulerOptions()
+    pol, o = BASELINES["fifo-nobf"].build(None, opts)
+    assert pol.name == "fifo" and o.backfill is False and o == _replace(opts, backfill=False)
+    pol, o = BASELINES["gandiva"].build(None, opts)
+    assert pol.placement == "gandiva" and o.backfill is True
+    off = _replace(opts, backfill=False)
+    pol, o = BASELINES["slurm"].build(None, off)  # as the Slurm configuration says
+    assert pol.name == "multifactor" and o.backfill is False and pol.placement == off.placement

@@ -85,6 +85,10 @@ class TrainConfig:
     """Candidate node sets per placement."""
     reward: str = "bsld"
     """Reward name in :data:`trainer.sim.stepper.REWARDS`."""
+    hold: bool = True
+    """The agent may hold while a job fits (the env's ``hold``); ``False`` trains a
+    work-conserving agent, as the deployed policy is (it orders the queue, Slurm starts
+    what fits)."""
     fairness: float = 0.0
     """Weight of the env's end-of-episode fairness term."""
     speed_model: str = "none"
@@ -100,6 +104,14 @@ class TrainConfig:
     """Updates between saves of the resumable training state (and at the end)."""
     val_metric: str = "bsld_mean"
     """Episode metric that picks the best checkpoint (:data:`VAL_METRICS`)."""
+    val_deployed: bool = False
+    """Validate the net as deployed (it orders the queue of the batch engine, with EASY
+    backfill: :func:`trainer.rl.report.deployed_metrics`) instead of greedy in the env
+    (where it picks which fitting job starts): the best checkpoint is then the best
+    deployed one. Costs an engine replay of the validation window per validation."""
+    rank_all: bool = True
+    """How the deployed validation ranks the queue, as the helper's ``rank_all``: every
+    job by its raw score, or (``False``) the jobs that fit now first."""
     references: tuple[str, ...] = ("sjf", "fifo", "random")
     """Heuristic agents (:data:`trainer.rl.acting.AGENTS`) run once on the validation
     window, for the curves and the summary."""
@@ -135,6 +147,8 @@ class TrainConfig:
         _need(self.eval_every >= 1 and self.checkpoint_every >= 1, c,
               "eval_every and checkpoint_every must be >= 1")
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
+        _need(not (self.val_deployed and self.val_metric == "reward_sum"), c,
+              "val_deployed has no reward_sum: pick another val_metric")
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
@@ -151,7 +165,8 @@ class TrainConfig:
         """The env settings of training episodes and of the validation episode."""
         common = dict(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                       place=self.place, reward=self.reward, fairness=self.fairness,
-                      speed_model=self.speed_model, max_steps=self.max_steps)
+                      speed_model=self.speed_model, max_steps=self.max_steps,
+                      hold=self.hold)
         return (EnvConfig(episode_jobs=self.episode_jobs, **common),  # type: ignore[arg-type]
                 EnvConfig(episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup,
                           **common))  # type: ignore[arg-type]

@@ -30,13 +30,13 @@ from slurm_plugin.features import Normalisation, UserHistory
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics
 from ..sim.engine import EngineOptions, Simulator
-from ..sim.policies import BASELINES, make_policy
+from ..sim.policies import BASELINES
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, run_group
 
-__all__ = ["HEADERS", "Summary", "history_before", "summarize"]
+__all__ = ["HEADERS", "Summary", "deployed_metrics", "history_before", "summarize"]
 
 #: Columns of :meth:`Summary.rows`.
 HEADERS = ("policy", "jobs", "bsld mean", "wait mean (s)", "wait p99 (s)", "JCT mean (s)",
@@ -62,6 +62,41 @@ def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisatio
         user = jobs.users[int(jobs.user[r])] if jobs.users else ""
         hist.record(user, e, int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
     return hist
+
+
+def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
+                     options: SchedulerOptions | None = None, seed: int = 0,
+                     backfill: bool = True, rank_all: bool = True) -> dict[str, float]:
+    """The net as deployed, on the validation window: its episode metrics.
+
+    The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
+    engine, with EASY backfill (how the helper deploys it), on the window the env
+    validates on: the ``spec.eval.warmup_jobs`` jobs before it are replayed first and
+    not counted, and the user history grows with the replay's completions; ``rank_all``
+    as the helper's (:class:`~trainer.policy.TorchPolicy`). Keys are
+    the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either can pick the
+    best checkpoint.
+    """
+    from ..evaluate import restrict
+
+    opts = options or SchedulerOptions()
+    lo = spec.train_rows
+    size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
+    warm = min(lo, spec.eval.warmup_jobs)
+    jobs = window(spec.jobs, lo - warm, min(spec.jobs.n, lo + size), shift=False)
+    hist = history_before(spec.jobs, spec.cluster, lo - warm, spec.norm,
+                          spec.eval.history_jobs)
+    tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
+                     rank_all=rank_all)
+    sim = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=backfill),
+                    EngineOptions(seed=seed, speed_model=spec.eval.speed_model))
+    tp.follow(sim)
+    m = metrics.compute(restrict(sim.run(), warm))
+    return {"jobs": float(m["jobs"]), "bsld_mean": float(m["bsld"]["mean"]),
+            "wait_mean": float(m["wait_s"]["mean"]), "jct_mean": float(m["jct_s"]["mean"]),
+            "effectiveness_mean": float(m["execution_effectiveness"]),
+            "jain_bsld": float(m["fairness"]["jain_bsld"]),
+            "wait_p99": float(m["wait_s"]["p99"])}
 
 
 @dataclass
@@ -152,9 +187,7 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
     eng = EngineOptions(seed=seed, speed_model=spec.eval.speed_model)
     out: dict[str, dict[str, Any]] = {}
     for name in baselines or list(BASELINES):
-        b = BASELINES[name]
-        policy = make_policy(b.policy, priority, b.placement or opts.placement)
-        o = replace(opts, backfill=opts.backfill if b.backfill is None else b.backfill)
+        policy, o = BASELINES[name].build(priority, opts)
         r = Simulator(jobs, spec.cluster, policy, o, eng).run()
         r.policy = name
         out[name] = metrics.compute(r)
@@ -163,7 +196,9 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
         hist = history_before(spec.jobs, spec.cluster, lo, spec.norm,
                               spec.eval.history_jobs)
         tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement)
-        r = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=bf), eng).run()
+        sim = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=bf), eng)
+        tp.follow(sim)
+        r = sim.run()
         r.policy = label
         out[label] = metrics.compute(r)
     env_traj = run_group(net, spec, [Task(lo, 0, "greedy", eval=True, keep_steps=False)])[0]

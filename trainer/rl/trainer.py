@@ -14,8 +14,10 @@ One round (an *update*)
     current weights; the algorithm learns from the trajectories. Every ``eval_every``
     updates (and at the start and the end) the greedy policy runs on the validation
     window: the best ``val_metric`` so far is saved as ``best.pt`` (Chic's validation
-    picks the checkpoint). Every ``checkpoint_every`` updates (and at the end) the
-    whole training state goes to ``state.pt``.
+    picks the checkpoint). With ``val_deployed`` the net is validated as deployed
+    instead (ordering the batch engine's queue, EASY backfill:
+    :func:`~trainer.rl.report.deployed_metrics`). Every ``checkpoint_every`` updates
+    (and at the end) the whole training state goes to ``state.pt``.
 
 Determinism and resume
     Initial weights come from ``torch.manual_seed(seed)`` (or the given net), windows,
@@ -57,12 +59,14 @@ from ..policy import (
     load_checkpoint,
     save_checkpoint,
 )
+from ..sim.slurm import SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
 from .algorithms import ALGORITHMS, Algorithm, TaskMaker
 from .config import VAL_METRICS, AlgoConfig, TrainConfig
 from .curves import plot_curves, write_curves
+from .report import deployed_metrics
 from .workers import RolloutPool, make_pool
 
 __all__ = ["TrainResult", "Trainer", "make_spec", "train"]
@@ -137,6 +141,8 @@ class Trainer:
         init: Initial weights: a net, a checkpoint path, or ``None`` (random, seeded).
         out: Output directory (``None``: no files; then no resume).
         meta: JSON-able metadata saved in the checkpoints.
+        options: Scheduler options of the deployed validation (``val_deployed``;
+            Slurm's defaults if ``None``).
 
     Raises:
         KeyError: If the algorithm is unknown.
@@ -146,7 +152,8 @@ class Trainer:
     def __init__(self, spec: EnvSpec, config: TrainConfig, algo_config: AlgoConfig | None = None,
                  init: PolicyNet | str | os.PathLike[str] | None = None,
                  out: str | os.PathLike[str] | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None,
+                 options: SchedulerOptions | None = None) -> None:
         try:
             self.algo_cls = ALGORITHMS[config.algo]
         except KeyError:
@@ -159,6 +166,7 @@ class Trainer:
         self.init = init
         self.out = Path(out) if out is not None else None
         self.meta = dict(meta or {})
+        self.options = options
 
     # ------------------------------------------------------------------ helpers
     def _config_dict(self) -> dict[str, Any]:
@@ -322,9 +330,14 @@ class Trainer:
                   best: dict[str, float], best_state: dict[str, torch.Tensor], updates: int,
                   steps: int, wall0: float) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         net.eval()
-        t = pool.run(net, [[self._val_task()]])[0][0]
-        v = self._metric(t)
-        curves["val"].append({"update": updates, "steps": steps, **t.metrics,
+        if self.cfg.val_deployed:
+            m = deployed_metrics(self.spec, net, options=self.options, seed=self.cfg.seed,
+                                 rank_all=self.cfg.rank_all)
+            v = float(m[self.cfg.val_metric])
+        else:
+            t = pool.run(net, [[self._val_task()]])[0][0]
+            m, v = dict(t.metrics), self._metric(t)
+        curves["val"].append({"update": updates, "steps": steps, **m,
                               self.cfg.val_metric: v, "wall_s": time.perf_counter() - wall0})
         key = self.cfg.val_metric
         if not best or self._better(v, best[key]):

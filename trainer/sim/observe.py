@@ -9,7 +9,9 @@ squeue/sinfo (:func:`slurm_plugin.features.raw_from_slurm`), so that
 production. Users are keyed by name in the :class:`~slurm_plugin.features.UserHistory`,
 as the helper keys them.
 
-:func:`observe` does both steps. No torch, no Gymnasium.
+:func:`observe` does both steps. :class:`CompletionFeed` grows a user history with the
+completions of a batch replay, as the step-able core does as jobs finish. No torch, no
+Gymnasium.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from slurm_plugin.features import (
 
 from .state import BIG, Cluster, JobTable, NodeState
 
-__all__ = ["nodes_raw", "observe", "raw_from_sim"]
+__all__ = ["CompletionFeed", "nodes_raw", "observe", "raw_from_sim"]
 
 
 def nodes_raw(cluster: Cluster, state: NodeState, now: int) -> NodesRaw:
@@ -80,3 +82,53 @@ def observe(jobs: JobTable, idx: np.ndarray, cluster: Cluster, state: NodeState,
     """The :class:`~slurm_plugin.features.Observation` for the pending rows ``idx``."""
     jr, nr = raw_from_sim(jobs, idx, cluster, state, now, history)
     return featurize(now, jr, nr, norm)
+
+
+class CompletionFeed:
+    """Feeds a :class:`~slurm_plugin.features.UserHistory` with a replay's completions.
+
+    The batch engine (:class:`~trainer.sim.engine.Simulator`) tells its policy of no
+    completion, so a learned policy's history would stay as it was when the replay
+    began, while in training (:class:`~trainer.sim.stepper.Stepper`) and in production
+    (the helper reads recent history) it grows as jobs end. The feed reads the replay's
+    ``start``, ``end`` and ``leaves`` arrays instead (a job's actual end is set when it
+    starts): :meth:`advance` records, in end order, every job that started and ended by
+    ``now`` and was not recorded yet, with the same fields the step-able core records.
+
+    Args:
+        history: The history to grow.
+        jobs: The replay's job table (rows in arrival order).
+        cluster: The cluster (CPUs of a whole-node job).
+        start, end, leaves: The replay's per-row arrays (``-1``: not started).
+    """
+
+    def __init__(self, history: UserHistory, jobs: JobTable, cluster: Cluster,
+                 start: np.ndarray, end: np.ndarray, leaves: np.ndarray) -> None:
+        self.history = history
+        self.jobs = jobs
+        self.start, self.end, self.leaves = start, end, leaves
+        self._fed = np.zeros(jobs.n, dtype=bool)
+        self._lo = 0  # every row before it is fed
+        cap = int(cluster.cap_c.max()) if cluster.num_nodes else 0
+        self._cpus = np.where(jobs.exclusive, cap, jobs.cpus).astype(np.int64) * jobs.nodes
+
+    def advance(self, now: int) -> int:
+        """Record the jobs that ended by ``now``; returns how many."""
+        jobs = self.jobs
+        lo = self._lo
+        hi = int(np.searchsorted(jobs.eligible, now, side="right"))
+        if hi <= lo:
+            return 0
+        st, en = self.start[lo:hi], self.end[lo:hi]
+        new = np.flatnonzero((st >= 0) & (en <= now) & ~self._fed[lo:hi]) + lo
+        if new.size:
+            new = new[np.argsort(self.end[new], kind="stable")]
+            self._fed[new] = True
+            for r in new.tolist():
+                limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
+                user = jobs.users[int(jobs.user[r])] if jobs.users else ""
+                self.history.record(user, int(self.end[r]), int(self.end[r] - self.start[r]),
+                                    limit, int(self._cpus[r]), int(self.leaves[r]))
+        fed = self._fed[lo:hi]
+        self._lo = lo + (int(np.argmin(fed)) if not fed.all() else fed.size)
+        return int(new.size)

@@ -74,13 +74,19 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
 from .placement import PLACEMENTS, Request, best_leaf_span
-from .slurm import PrioritySettings, fairshare_factor, multifactor_priority, static_priority
+from .slurm import (
+    PrioritySettings,
+    SchedulerOptions,
+    fairshare_factor,
+    multifactor_priority,
+    static_priority,
+)
 from .speed import NoSpeedModel, SpeedModel
 from .state import Cluster, JobTable, NodeState
 
@@ -559,6 +565,17 @@ class Baseline:
             raise ValueError(f"unknown policy {self.policy!r}: {sorted(POLICIES)}")
         if self.placement is not None and self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}: {sorted(PLACEMENTS)}")
+
+    def build(self, priority: PrioritySettings | None, options: SchedulerOptions
+              ) -> tuple[Policy, SchedulerOptions]:
+        """Its policy and the scheduler options it replays under.
+
+        ``options`` with the baseline's backfill setting when it has one; the policy
+        places jobs with the baseline's placement, else ``options.placement``.
+        """
+        policy = make_policy(self.policy, priority, self.placement or options.placement)
+        bf = options.backfill if self.backfill is None else self.backfill
+        return policy, replace(options, backfill=bf)
 
 
 #: Baselines by name, as ``rlsched simulate --policy`` and ``rlsched compare`` know them.
