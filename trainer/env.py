@@ -80,6 +80,7 @@ from slurm_plugin.placement import Candidates
 
 from .sim import metrics
 from .sim.engine import SimResult
+from .sim.observe import history_before
 from .sim.speed import SPEED_MODELS
 from .sim.state import Cluster, JobTable, build_jobs
 from .sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, window
@@ -344,23 +345,8 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
     def _history(self, lo: int) -> CachedUserHistory:
         """The user history before row ``lo``: earlier jobs that ended by its arrival."""
         hist = CachedUserHistory(self.norm)
-        k = self.config.history_jobs
-        if not k or not lo:
-            return hist
-        jobs = self.jobs
-        t0 = int(jobs.eligible[lo])
-        first = max(0, lo - 8 * k)
-        rows = np.arange(first, lo)
-        end = jobs.eligible[rows] + jobs.run[rows]
-        keep = end <= t0
-        rows, end = rows[keep], end[keep]
-        o = np.argsort(end, kind="stable")[-k:]
-        cap_c = int(self.cluster.cap_c.max())
-        for r, e in zip(rows[o].tolist(), end[o].tolist(), strict=True):
-            per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
-            limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
-            user = jobs.users[int(jobs.user[r])] if jobs.users else ""
-            hist.record(user, e - t0, int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
+        history_before(hist, self.jobs, self.cluster, lo, self.config.history_jobs,
+                       relative=True)
         return hist
 
     def _refresh(self) -> None:

@@ -71,6 +71,7 @@ import numpy as np
 from .cli import _input_options, _prepare, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
+from .sim.observe import history_before
 from .sim.placement import PLACEMENTS, Request
 from .sim.policies import BASELINES, Policy, ScoreContext
 from .sim.slurm import PrioritySettings, SchedulerOptions
@@ -273,27 +274,12 @@ def user_history(jobs: JobTable, cluster: Cluster, lo: int, norm: Any = None,
                  history_jobs: int = 256) -> Any:
     """The users' history before row ``lo``: the last jobs that ended by its arrival.
 
-    End times are as recorded (arrival + run time), as the training environment
-    builds it. Returns a :class:`slurm_plugin.features.UserHistory`.
+    Returns a :class:`slurm_plugin.features.UserHistory`
+    (:func:`trainer.sim.observe.history_before`).
     """
     from slurm_plugin.features import UserHistory
 
-    hist = UserHistory(norm)
-    if not lo or not history_jobs:
-        return hist
-    t0 = int(jobs.eligible[lo])
-    rows = np.arange(max(0, lo - 8 * history_jobs), lo)
-    end = jobs.eligible[rows] + jobs.run[rows]
-    keep = end <= t0
-    rows, end = rows[keep], end[keep]
-    o = np.argsort(end, kind="stable")[-history_jobs:]
-    cap_c = int(cluster.cap_c.max())
-    for r, e in zip(rows[o].tolist(), end[o].tolist(), strict=True):
-        per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
-        limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
-        user = jobs.users[int(jobs.user[r])] if jobs.users else ""
-        hist.record(user, int(e), int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
-    return hist
+    return history_before(UserHistory(norm), jobs, cluster, lo, history_jobs)
 
 
 class FixedPlacement(Policy):

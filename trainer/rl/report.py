@@ -22,13 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from slurm_plugin.features import Normalisation, UserHistory
 
 from ..policy import PolicyNet, TorchPolicy
-from ..sim import metrics
+from ..sim import metrics, observe
 from ..sim.engine import EngineOptions, Simulator
 from ..sim.policies import BASELINES
 from ..sim.slurm import PrioritySettings, SchedulerOptions
@@ -46,22 +45,7 @@ HEADERS = ("policy", "jobs", "bsld mean", "wait mean (s)", "wait p99 (s)", "JCT 
 def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisation,
                    k: int = 256) -> UserHistory:
     """The users' history at row ``lo``'s arrival: up to ``k`` earlier jobs that had ended."""
-    hist = UserHistory(norm)
-    if not lo or not k:
-        return hist
-    t0 = int(jobs.eligible[lo])
-    rows = np.arange(max(0, lo - 8 * k), lo)
-    end = jobs.eligible[rows] + jobs.run[rows]
-    keep = end <= t0
-    rows, end = rows[keep], end[keep]
-    order = np.argsort(end, kind="stable")[-k:]
-    cap_c = int(cluster.cap_c.max())
-    for r, e in zip(rows[order].tolist(), end[order].tolist(), strict=True):
-        per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
-        limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
-        user = jobs.users[int(jobs.user[r])] if jobs.users else ""
-        hist.record(user, e, int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
-    return hist
+    return observe.history_before(UserHistory(norm), jobs, cluster, lo, k)
 
 
 def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,

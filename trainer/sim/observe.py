@@ -29,7 +29,7 @@ from slurm_plugin.features import (
 
 from .state import BIG, Cluster, JobTable, NodeState
 
-__all__ = ["CompletionFeed", "nodes_raw", "observe", "raw_from_sim"]
+__all__ = ["CompletionFeed", "history_before", "nodes_raw", "observe", "raw_from_sim"]
 
 
 def nodes_raw(cluster: Cluster, state: NodeState, now: int) -> NodesRaw:
@@ -82,6 +82,33 @@ def observe(jobs: JobTable, idx: np.ndarray, cluster: Cluster, state: NodeState,
     """The :class:`~slurm_plugin.features.Observation` for the pending rows ``idx``."""
     jr, nr = raw_from_sim(jobs, idx, cluster, state, now, history)
     return featurize(now, jr, nr, norm)
+
+
+def history_before(hist: UserHistory, jobs: JobTable, cluster: Cluster, lo: int, k: int,
+                   *, relative: bool = False) -> UserHistory:
+    """Fill ``hist`` with the users' history at row ``lo``'s arrival and return it.
+
+    Up to ``k`` of the jobs before ``lo`` (looking back at most ``8 * k`` rows) that had
+    ended by its arrival, recorded in end order; end times as recorded (arrival + run
+    time), as the training environment, the evaluation and the RL report all build it.
+    ``relative``: end times relative to ``lo``'s arrival (the env's clock starts there).
+    """
+    if not lo or not k:
+        return hist
+    t0 = int(jobs.eligible[lo])
+    rows = np.arange(max(0, lo - 8 * k), lo)
+    end = jobs.eligible[rows] + jobs.run[rows]
+    keep = end <= t0
+    rows, end = rows[keep], end[keep]
+    order = np.argsort(end, kind="stable")[-k:]
+    cap_c = int(cluster.cap_c.max())
+    shift = t0 if relative else 0
+    for r, e in zip(rows[order].tolist(), end[order].tolist(), strict=True):
+        per = cap_c if bool(jobs.exclusive[r]) else int(jobs.cpus[r])
+        limit = int(jobs.limit[r]) if bool(jobs.limit_known[r]) else 0
+        user = jobs.users[int(jobs.user[r])] if jobs.users else ""
+        hist.record(user, int(e) - shift, int(jobs.run[r]), limit, per * int(jobs.nodes[r]))
+    return hist
 
 
 class CompletionFeed:
