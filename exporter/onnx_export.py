@@ -39,7 +39,6 @@ checkpoint's ``extra["evaluation"]``, else ``{}``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -64,6 +63,7 @@ from slurm_plugin.features import (
     SCHEMA_VERSION,
     schema_hash,
 )
+from slurm_plugin.fsio import atomic_write
 from trainer.policy import Checkpoint, PolicyNet, load_checkpoint
 
 from . import parity
@@ -293,20 +293,6 @@ def _utc_now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` atomically at ``path`` with mode 0644."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -410,8 +396,8 @@ def export(checkpoint: str | os.PathLike[str], out_path: str | os.PathLike[str],
             "parity": report.to_dict(),
             "export": asdict(cfg),
         }
-        _write_private(out, data)
+        atomic_write(out, data)
     cp = card_path(out)
-    _write_private(cp, (json.dumps(card, indent=2, sort_keys=True, default=str) + "\n").encode())
+    atomic_write(cp, (json.dumps(card, indent=2, sort_keys=True, default=str) + "\n").encode())
     say(f"wrote {out} ({len(data):,} bytes) and {cp.name}")
     return ExportResult(out, cp, card, report)

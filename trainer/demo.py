@@ -63,10 +63,8 @@ import dataclasses
 import importlib.util
 import io
 import json
-import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -74,6 +72,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from slurm_plugin.fsio import atomic_write
 
 __all__ = ["BUDGETS", "STAGES", "Budget", "Demo", "DemoConfig", "demo", "resolve_budget",
            "run_demo"]
@@ -243,16 +243,7 @@ def _write_json(path: Path, data: Any) -> Path:
 
 def _write_card(path: Path, card: dict[str, Any]) -> None:
     """Rewrite a model card atomically, mode 0644 (the helper refuses world-writable)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, (json.dumps(card, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
 def _invoke(cmd: click.Command, args: list[str], name: str) -> str:

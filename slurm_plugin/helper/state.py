@@ -22,11 +22,12 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..fsio import atomic_write
 
 __all__ = ["STATE_VERSION", "HelperState", "LockedError", "Section", "Steering", "lock"]
 
@@ -182,18 +183,7 @@ class HelperState:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
-        fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o640)
-            os.replace(tmp, p)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(p, data.encode("utf-8"), 0o640)
 
 
 @contextlib.contextmanager
