@@ -25,6 +25,10 @@ times faster this engine is).
 
 Column ``slurm s`` is the Slurm baseline with backfill at every event; ``bf30 s`` the
 same with ``bf_interval=30``; ``fifo+bf s`` FIFO with EASY backfill at every event.
+These whole-node traces replay on the engine's fast path (idle counts per leaf switch,
+:mod:`trainer.sim.leaves`); ``arrays s`` is the Slurm baseline again on the node arrays
+(``EngineOptions(fast_path=False)``), the same schedule, and ``arrays/fast`` the ratio,
+measured in the same run. The deep queue prints both paths the same way.
 
 Times are the simulator's own (``SimResult.stats["wall_s"]``: the event loop, not the
 parsing of the trace or building the arrays, which are printed apart).
@@ -46,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from db.ingest import traces  # noqa: E402
 from db.records import JobRecord  # noqa: E402
 from trainer.sim import metrics  # noqa: E402
-from trainer.sim.engine import Simulator  # noqa: E402
+from trainer.sim.engine import EngineOptions, Simulator  # noqa: E402
 from trainer.sim.policies import make_policy  # noqa: E402
 from trainer.sim.slurm import PrioritySettings, SchedulerOptions, read_config  # noqa: E402
 from trainer.sim.state import Cluster, JobTable, build_jobs  # noqa: E402
@@ -65,9 +69,14 @@ def load(name: str) -> tuple[list[JobRecord], Cluster, float]:
 
 
 def replay(jobs: JobTable, cluster: Cluster, policy: str, opts: SchedulerOptions,
-           settings: PrioritySettings | None = None) -> tuple[float, dict[str, Any]]:
+           settings: PrioritySettings | None = None, *, fast: bool = True
+           ) -> tuple[float, dict[str, Any]]:
     """One replay: the simulator's wall time and the run's metrics."""
-    r = Simulator(jobs, cluster, make_policy(policy, settings), opts).run()
+    sim = Simulator(jobs, cluster, make_policy(policy, settings), opts,
+                    EngineOptions(fast_path=fast))
+    if fast and not sim.leafy:
+        sys.exit(f"{policy} on this trace does not take the fast path")
+    r = sim.run()
     m = metrics.compute(r)
     return r.stats["wall_s"], m
 
@@ -146,6 +155,8 @@ def main() -> None:
                     help="arrival compression of the deep queue (lublin's load is ~1.06)")
     ap.add_argument("--naive-jobs", type=int, default=100_000,
                     help="deep-queue prefix also replayed by the naive EASY (0: all)")
+    ap.add_argument("--no-deep-arrays", dest="deep_arrays", action="store_false",
+                    help="skip the deep queue's replays on the node arrays (they are slow)")
     args = ap.parse_args()
     if not TRACES.is_dir():
         sys.exit(f"{TRACES} not found: set $RLSCHED_TRACES")
@@ -164,18 +175,22 @@ def main() -> None:
         jobs = build_jobs(recs, cluster)
         t_build = time.perf_counter() - t0
         wall, m = replay(jobs, cluster, "multifactor", slurm_opts, prio)
+        wall_arr, m_arr = replay(jobs, cluster, "multifactor", slurm_opts, prio, fast=False)
+        if m != m_arr:
+            sys.exit(f"{name}: the fast path and the node arrays disagree")
         wall30, _ = replay(jobs, cluster, "multifactor",
                            dataclasses.replace(slurm_opts, bf_interval=30), prio)
         wall_fifo, _ = replay(jobs, cluster, "fifo", fifo_opts)
         naive = naive_easy(jobs, cluster.num_nodes, fifo_opts.bf_max_job_test)
-        rows.append((name, jobs.n, t_parse, t_build, wall, target, wall30, wall_fifo, naive))
+        rows.append((name, jobs.n, t_parse, t_build, wall, target, wall30, wall_fifo, naive,
+                     wall_arr))
     print(f"{'trace':<16}{'jobs':>8}{'parse s':>9}{'build s':>9}{'slurm s':>9}"
           f"{'target':>8}{'x target':>9}{'jobs/s':>8}{'bf30 s':>8}{'fifo+bf s':>11}"
-          f"{'naive s':>9}{'naive/fifo':>11}")
-    for name, n, tp, tb, wall, target, w30, wf, naive in rows:
+          f"{'naive s':>9}{'naive/fifo':>11}{'arrays s':>10}{'arrays/fast':>12}")
+    for name, n, tp, tb, wall, target, w30, wf, naive, warr in rows:
         print(f"{name:<16}{n:>8}{tp:>9.2f}{tb:>9.2f}{wall:>9.2f}{target:>8.2f}"
-              f"{wall / target:>9.1f}{n / wall:>8.0f}{w30:>8.2f}{wf:>11.2f}"
-              f"{naive:>9.2f}{naive / wf:>11.1f}")
+              f"{wall / target:>9.2f}{n / wall:>8.0f}{w30:>8.2f}{wf:>11.2f}"
+              f"{naive:>9.2f}{naive / wf:>11.1f}{warr:>10.2f}{warr / wall:>12.2f}")
     print()
 
     recs, cluster, _ = load("lublin_256.swf")
@@ -195,9 +210,19 @@ def main() -> None:
         sim = Simulator(jobs, cluster, make_policy(policy, s), o)
         r = sim.run()
         wall = r.stats["wall_s"]
+        if args.deep_arrays:
+            ra = Simulator(jobs, cluster, make_policy(policy, s), o,
+                           EngineOptions(fast_path=False)).run()
+            if not (ra.start == r.start).all():
+                sys.exit(f"{label}: the fast path and the node arrays disagree")
+            arrays = (f"; node arrays {jobs.n / ra.stats['wall_s']:.0f} jobs/s"
+                      f" ({ra.stats['wall_s'] / wall:.2f}x slower)")
+        else:
+            arrays = ""
         print(f"  {label:<22} {wall:7.2f} s  {jobs.n / wall:9.0f} jobs/s  (target 50,000:"
               f" {jobs.n / wall / 50_000:.2f}x)  queue mean {r.stats['pending_mean']:.0f},"
-              f" max {r.stats['pending_max']:.0f}; backfilled {r.stats['backfilled']:.0f}")
+              f" max {r.stats['pending_max']:.0f}; backfilled {r.stats['backfilled']:.0f}"
+              f"{arrays}")
     k = min(args.naive_jobs, jobs.n) if args.naive_jobs > 0 else jobs.n
     prefix = build_jobs(deep[:k], cluster)
     naive = naive_easy(prefix, cluster.num_nodes, fifo_opts.bf_max_job_test)

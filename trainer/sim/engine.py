@@ -58,6 +58,16 @@ Scheduling pass (at every event time where something changed)
 
 Run times come from the speed model (:mod:`trainer.sim.speed`; ``none``: as recorded).
 Node state, pending queue and job results are numpy arrays (see :mod:`trainer.sim.state`).
+
+Fast path (:attr:`Simulator.leafy`)
+    A whole-node replay under tree placement with no speed model (the HPC traces) runs
+    on idle counts per leaf switch (:class:`~trainer.sim.leaves.LeafState`) instead of
+    the node arrays, the main pass and short backfill windows are walked in plain
+    Python, and a long window of one partition in arrival order is searched through
+    the pending jobs filed by node count (:meth:`Simulator._backfill_deep`). Every
+    walk tests the same jobs in the same order and computes reservations at the same
+    moments as the vectorised pass, so the schedule, the series and the counters are
+    the same (``tests/unit/test_sim_leaves.py`` replays both ways and compares).
 The pending queue lives in the middle of two growable buffers: an arrival behind the
 queue is an append, and dropping the jobs started from its head touches only the head,
 so a queue of tens of thousands of jobs costs no copy of itself per event.
@@ -79,6 +89,7 @@ import numpy as np
 from db.records import JobRecord
 from slurm_plugin.cluster import ClusterSpec
 
+from . import leaves
 from .metrics import fragmentation
 from .placement import Request
 from .policies import Policy, ScoreContext
@@ -94,6 +105,8 @@ _NO_NODES = np.zeros(0, dtype=np.int64)
 _NO_NODES.flags.writeable = False
 _COMPLETE = 0
 _TIMER = 1
+#: Backfill windows up to this many jobs are walked in Python on the fast path.
+_PY_WINDOW = 48
 
 
 @dataclass(frozen=True)
@@ -105,12 +118,17 @@ class EngineOptions:
         speed_model: Name in :data:`trainer.sim.speed.SPEED_MODELS`.
         samples: About how many fragmentation samples to take over the arrival span.
         keep_placements: Keep each job's node list in :attr:`SimResult.placements`.
+        fast_path: Replay whole-node workloads on idle counts per leaf switch
+            (:mod:`trainer.sim.leaves`) when the run allows it (see
+            :attr:`Simulator.leafy`); the schedule is the same, only faster. False:
+            always on the node arrays.
     """
 
     seed: int = 0
     speed_model: str = "none"
     samples: int = 500
     keep_placements: bool = False
+    fast_path: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The options as a JSON-able dict."""
@@ -170,6 +188,11 @@ class Reservation:
         if m:
             bad |= self.spare_m < m
         return self.nodes[bad]
+
+    def take_whole(self, n: int) -> None:
+        """A backfilled job running past the shadow time took ``n`` whole nodes."""
+        self.extra -= n
+        self.version += 1
 
     def take(self, nodes: np.ndarray, c: int, g: int, m: int) -> None:
         """A backfilled job running past the shadow time took ``c, g, m`` on ``nodes``."""
@@ -244,7 +267,15 @@ class SimResult:
 
 
 class Simulator:
-    """One replay of a job table on a cluster under a policy (see the module docstring)."""
+    """One replay of a job table on a cluster under a policy (see the module docstring).
+
+    Attributes:
+        leafy: The replay runs on idle counts per leaf switch (:mod:`trainer.sim.leaves`):
+            every job takes whole nodes, the policy places them with Slurm's
+            topology/tree best fit and reads nothing of the node state, no speed model
+            runs, placements are not kept, and the cluster has the shape
+            :func:`trainer.sim.leaves.eligible` asks for.
+    """
 
     def __init__(self, jobs: JobTable, cluster: Cluster, policy: Policy,
                  options: SchedulerOptions | None = None,
@@ -258,6 +289,21 @@ class Simulator:
         self.state.whole_only = bool(jobs.exclusive.all())
         self.rng = np.random.default_rng(self.eng.seed)
         self.speed = make_speed_model(self.eng.speed_model)
+        self._fast_speed = isinstance(self.speed, NoSpeedModel)
+        self.leafy = bool(
+            self.eng.fast_path and self.state.whole_only and self._fast_speed
+            and not self.eng.keep_placements and policy.placement == "tree"
+            and not policy.reads_state and type(policy).place is Policy.place
+            and leaves.eligible(cluster))
+        #: What the scheduler reads of the nodes: idle counts, busy nodes, used CPUs and
+        #: GPUs (the node arrays, or the counts per leaf on the fast path)
+        self.st: NodeState | leaves.LeafState = (
+            leaves.LeafState(cluster) if self.leafy else self.state)
+        self._ls = self.st if isinstance(self.st, leaves.LeafState) else None
+        # fast path: pending jobs by node count, each list in arrival (index) order, and
+        # the node counts that have some (see _backfill_deep)
+        self._bucket: dict[int, list[int]] = {}
+        self._bvals: list[int] = []
         n = jobs.n
         n_parts = cluster.part_mask.shape[0]
         self.start = np.full(n, -1, dtype=np.int64)
@@ -334,7 +380,6 @@ class Simulator:
         self.usage = np.zeros(nu, dtype=np.float64)
         self.usage_t = np.zeros(nu, dtype=np.float64)
         self.rate = np.zeros(nu, dtype=np.float64)
-        self._fast_speed = isinstance(self.speed, NoSpeedModel)
         self._ran = False
         self.stats: dict[str, float] = {
             "events": 0, "passes": 0, "main_passes": 0, "backfill_full": 0,
@@ -428,6 +473,8 @@ class Simulator:
                 key = -float(np.asarray(self.policy.score(
                     self.jobs, np.arange(lo, hi, dtype=np.int64), ctx), dtype=np.float64)[0])
             self.pending[lo] = True
+            if self._ls is not None:
+                self._bucket_add(lo, lo + 1)
             self.key_of[lo] = key
             p = self._part[lo]
             self.pend_count[p] += 1
@@ -442,6 +489,8 @@ class Simulator:
             return
         idx = np.arange(lo, hi, dtype=np.int64)
         self.pending[lo:hi] = True
+        if self._ls is not None:
+            self._bucket_add(lo, hi)
         keys = -np.asarray(self.policy.score(self.jobs, idx, ctx), dtype=np.float64)
         self.key_of[lo:hi] = keys
         np.add.at(self.pend_count, self.jobs.part[lo:hi], 1)
@@ -458,6 +507,17 @@ class Simulator:
             new = idx[(rank < self.opt.bf_max_job_test) & ~ahead]
             if new.size:
                 self.bf_new.extend(new.tolist())
+
+    def _bucket_add(self, lo: int, hi: int) -> None:
+        """Jobs ``lo..hi-1`` arrive: file them by node count (fast path)."""
+        for j in range(lo, hi):
+            v = self._nodes[j]
+            b = self._bucket.get(v)
+            if b is None:
+                self._bucket[v] = [j]
+                bisect.insort(self._bvals, v)
+            else:
+                b.append(j)  # (jobs arrive in index order: the list stays sorted)
 
     def _note_static(self, lo: int, hi: int) -> None:
         """Jobs ``lo..hi-1`` arrive: note whether the pending jobs' static parts differ.
@@ -627,6 +687,11 @@ class Simulator:
 
         The count is capped by the whole-node reservations of the view (their ``extra``).
         """
+        if self._ls is not None:  # whole nodes, counts only: capped by the reservations
+            cnt = self._ls.idle_count[self._sh[sh][0]]
+            for r in view:
+                cnt = min(cnt, r.extra)
+            return _NO_NODES, cnt
         st = self.state
         if st.version != self._cache_ver:
             self._mask_cache.clear()
@@ -668,30 +733,39 @@ class Simulator:
     def _count_now(self, sh: int) -> int:
         p, excl, _, _, _ = self._sh[sh]
         if excl:
-            return int(self.state.idle_count[p])
+            return int(self.st.idle_count[p])
         return self._usable(sh, ())[1]
 
     # ------------------------------------------------------------------ start/finish
     def _try(self, j: int, t: int, view: tuple[Reservation, ...]
-             ) -> tuple[np.ndarray, int] | None:
+             ) -> tuple[Any, int] | None:
+        """Where ``j`` would start now in ``view``: ``(nodes, leaves)`` or ``None``.
+
+        The nodes are sorted node indices, or on the fast path a
+        :data:`~trainer.sim.leaves.Alloc`.
+        """
         n = self._nodes[j]
         sh = self._shape[j]
         p, excl, c, g, _ = self._sh[sh]
         if excl:  # the count first (a whole-node reservation caps it), the mask later
-            if self.state.idle_count[p] < n:
+            if self.st.idle_count[p] < n:
                 return None
             for r in view:
                 if r.whole and r.extra < n:
                     return None
-        mask, cnt = self._usable(sh, view)
-        if cnt < n:
-            return None
-        leaf_counts = None
-        if excl and self.cluster.part_all[p] and all(r.whole for r in view):
-            leaf_counts = self.state.leaf_idle
-        res = self.policy.place(self.cluster, self.state, mask,
-                                Request(n, c, g, excl, j, t, self.eng.seed),
-                                leaf_counts)
+        res: tuple[Any, int] | None
+        if self._ls is not None:
+            res = self._ls.place(n)
+        else:
+            mask, cnt = self._usable(sh, view)
+            if cnt < n:
+                return None
+            leaf_counts = None
+            if excl and self.cluster.part_all[p] and all(r.whole for r in view):
+                leaf_counts = self.state.leaf_idle
+            res = self.policy.place(self.cluster, self.state, mask,
+                                    Request(n, c, g, excl, j, t, self.eng.seed),
+                                    leaf_counts)
         if res is None:
             return None
         sw = self._switches[j]
@@ -708,7 +782,7 @@ class Simulator:
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, j))
 
-    def _start(self, j: int, nodes: np.ndarray, nl: int, t: int, by_backfill: bool) -> None:
+    def _start(self, j: int, nodes: Any, nl: int, t: int, by_backfill: bool) -> None:
         sh = self._sh[self._shape[j]]
         if self._fast_speed:
             run = self._run[j]
@@ -718,13 +792,23 @@ class Simulator:
         aend = t + run
         exp = t + self._limit[j]
         st = self.state
-        if sh[1]:
+        if self._ls is not None:
+            self._ls.allocate(j, nodes, aend)
+            bisect.insort(self._ends, (exp, j))
+        elif sh[1]:
             st.allocate_whole(nodes, exp, aend)
             self.job_nodes[j] = nodes
             bisect.insort(self._ends, (exp, j))
         else:
             self.job_slots[j] = st.allocate_shared(nodes, sh[2], sh[3], sh[4], exp, aend)
         self.pending[j] = False
+        if self._ls is not None:
+            v = self._nodes[j]
+            b = self._bucket[v]
+            del b[bisect.bisect_left(b, j)]
+            if not b:
+                del self._bucket[v]
+                del self._bvals[bisect.bisect_left(self._bvals, v)]
         self.pend_count[self._part[j]] -= 1
         self._n_pending -= 1
         self._started += 1
@@ -745,6 +829,15 @@ class Simulator:
         self._push(aend, _COMPLETE, j)
 
     def _finish(self, j: int, t: int) -> None:
+        if self._ls is not None:
+            self._ls.release(j)
+            item = (int(self.start[j]) + self._limit[j], j)
+            del self._ends[bisect.bisect_left(self._ends, item)]
+            if self.track_usage:
+                self._user_usage(self._user[j], t, -float(self._cap_c * self._nodes[j]))
+            self.main_dirty = True
+            self.bf_full = True
+            return
         nodes = self.job_nodes.pop(j, None)
         if nodes is not None:
             self.state.release_whole(nodes)
@@ -768,6 +861,9 @@ class Simulator:
     def _main(self, t: int) -> None:
         self.stats["main_passes"] += 1
         self._compact()
+        if self._ls is not None and self._qhi - self._qlo <= 64:
+            self._main_counts(t)
+            return
         self.blocked_key[:] = np.inf
         blocked: set[int] = set()
         porder = self.porder.tolist() if self.porder.size <= 64 else self.porder
@@ -790,6 +886,35 @@ class Simulator:
                 self._scan_upto = max(self._scan_upto, pos + 1)
         self.bf_full = True
 
+    def _main_counts(self, t: int) -> None:
+        """:meth:`_main` on the fast path for a short queue (plain Python, same result)."""
+        lo = self._qlo
+        order = self._qjob[lo:self._qhi].tolist()
+        bk = self.blocked_key
+        bk[:] = np.inf
+        blocked: set[int] = set()
+        n_blocking = -1
+        nodes, part, idle = self._nodes, self._part, self.st.idle_count
+        upto = self._scan_upto
+        for pos, j in enumerate(order):
+            p = part[j]
+            if p in blocked:
+                continue
+            res = self._try(j, t, ()) if nodes[j] <= idle[p] else None
+            if res is None:
+                blocked.add(p)
+                bk[p] = self._qkey[lo + pos]
+                self._head_job[p] = j
+                if n_blocking < 0:
+                    n_blocking = int(np.count_nonzero(self.pend_count))
+                if len(blocked) >= n_blocking:
+                    break
+            else:
+                self._start(j, res[0], res[1], t, False)
+                upto = pos + 1
+        self._scan_upto = max(self._scan_upto, upto)
+        self.bf_full = True
+
     def _res_round(self, t: int) -> int:
         r = self.opt.bf_resolution
         return -(-t // r) * r
@@ -810,6 +935,13 @@ class Simulator:
         m = min(self.porder.size, self.opt.bf_max_job_test)
         if m == 0:
             return
+        if self._ls is not None:
+            if m <= _PY_WINDOW:
+                self._backfill_walk(t, m)
+                return
+            if self._qfifo and int(np.count_nonzero(self.pend_count)) == 1:
+                self._backfill_deep(t, m)
+                return
         jobs = self.jobs
         w = self.porder[:m]
         nn = jobs.nodes[w]
@@ -947,6 +1079,137 @@ class Simulator:
                 break
         self.resv_valid = True
 
+    def _backfill_walk(self, t: int, m: int) -> None:
+        """:meth:`_backfill_full` on the fast path for a short window, job by job.
+
+        The same walk without numpy (on a few jobs its cost per call is what counts),
+        down to when reservations are computed: the vectorised pass filters the window
+        with the counts and reservations of its last re-filtering (at the start, after
+        computing the noted reservations, after a failed test), visits the jobs that
+        filter lets through (computing the noted reservations before the first one,
+        then testing it) and notes the first other job of each partition for a
+        reservation; so does this walk, with that filter as a snapshot of the counts.
+        """
+        st = self.st
+        nodes, part, limit = self._nodes, self._part, self._limit
+        res = self.opt.bf_resolution
+        single = int(np.count_nonzero(self.pend_count)) == 1
+        unreserved = set(range(len(self._all_parts)))
+
+        def snapshot() -> tuple[int, list[tuple[int, int]]]:
+            return st.idle_count[0], [(r.shadow // res * res - t, r.extra) for r in self.resv]
+
+        free, caps = snapshot()
+        order = self.porder[:m].tolist()
+        i = 0
+        while i < m:
+            j = order[i]
+            n = nodes[j]
+            fits = n <= free
+            if fits and caps:
+                lim = limit[j]
+                for thr, extra in caps:
+                    if lim > thr and extra < n:  # still running at its shadow time
+                        fits = False
+                        break
+            if fits:
+                if self._lazy_heads:  # someone may start: reservations needed now
+                    self._materialize(t)
+                    free, caps = snapshot()
+                    continue  # (this job again, on the new filter)
+                if self._test(j, t):
+                    i += 1
+                    continue
+                if part[j] not in unreserved:
+                    free, caps = snapshot()
+                    i += 1
+                    continue
+            p = part[j]
+            if p in unreserved:
+                unreserved.discard(p)
+                self._lazy_heads.append(j)  # (materializing replaces the list)
+                if single:
+                    unreserved.clear()
+            elif not unreserved and not free:
+                break  # every head noted and nothing passes the filter
+            i += 1
+        self.resv_valid = True
+
+    def _backfill_deep(self, t: int, m: int) -> None:
+        """:meth:`_backfill_full` on the fast path for a long window of one partition.
+
+        The queue is in arrival order, so a job's place in it is its index and the window
+        is every pending job up to the ``m``-th. The head (the first job that does not
+        start) is found from the front; after it, the next job to test is the one with the
+        lowest index, past the last one tested, among the pending jobs filed under a node
+        count no larger than what is free (:attr:`_bucket`), and, should it run past the
+        reservation's shadow time, no larger than the reservation's extra nodes. What is
+        free only shrinks during a pass, so a job passed over stays unable to start and
+        the jobs are tested in the order the walk of :meth:`_backfill_full` tests them.
+        """
+        st = self.st
+        lo = self._qlo
+        qj = self._qjob
+        nodes = self._nodes
+        p = self._part[int(qj[lo])]
+        idle = st.idle_count
+        free0 = idle[p]  # what the first reservation waits for (see _backfill_walk)
+        pos = 0
+        j = -1
+        while pos < m:  # jobs at the front that start, then the head
+            j = int(qj[lo + pos])
+            if nodes[j] <= free0 and self._test(j, t):
+                pos += 1
+                continue
+            break
+        if pos == m:
+            self.resv_valid = True
+            return
+        self._lazy_heads.append(j)
+        last = int(qj[lo + m - 1])  # the window's last job
+        cur = j
+        limit = self._limit
+        res = self.opt.bf_resolution
+        bucket, bvals = self._bucket, self._bvals
+        while cur < last:
+            free = free0 if self._lazy_heads else idle[p]
+            r0 = self.resv[0] if self.resv else None
+            extra = r0.extra if r0 is not None else _INF
+            thr = r0.shadow // res * res - t if r0 is not None else _INF
+            best = last + 1  # (nothing past the window)
+            for v in bvals:
+                if v > free:
+                    break
+                b = bucket[v]
+                k = 0 if b[0] > cur else bisect.bisect_right(b, cur)
+                nb = len(b)
+                if v <= extra:  # any job of this count may start: the first one
+                    if k < nb and b[k] < best:
+                        best = b[k]
+                    continue
+                while k < nb:  # it must end by the shadow time
+                    jj = b[k]
+                    if jj >= best:
+                        break
+                    if limit[jj] <= thr:
+                        best = jj
+                        break
+                    k += 1
+            if best > last:
+                break
+            if self._lazy_heads:  # someone may start: the reservation is needed now
+                self._materialize(t)
+                v = nodes[best]  # the earliest job that could start, if it still can
+                if v > idle[p]:
+                    continue  # it cannot: search again
+                if self.resv:
+                    r0 = self.resv[0]
+                    if not (v <= r0.extra or limit[best] <= r0.shadow // res * res - t):
+                        continue
+            self._test(best, t)
+            cur = best
+        self.resv_valid = True
+
     def _materialize(self, t: int) -> None:
         """Compute the reservations of the blocked heads noted by the last full pass."""
         for j in self._lazy_heads:
@@ -977,9 +1240,13 @@ class Simulator:
             return False
         nodes, nl = res
         if view:
-            _, _, c, g, m = self._sh[self._shape[j]]
-            for r in view:
-                r.take(nodes, c, g, m)
+            if self._ls is not None:
+                for r in view:
+                    r.take_whole(self._nodes[j])
+            else:
+                _, _, c, g, m = self._sh[self._shape[j]]
+                for r in view:
+                    r.take(nodes, c, g, m)
         self._start(j, nodes, nl, t, True)
         return True
 
@@ -990,7 +1257,14 @@ class Simulator:
             return
         # the window: ranks among pending jobs, computed on the live queue
         self._compact()
-        m = min(self.porder.size, self.opt.bf_max_job_test)
+        queued = self._qhi - self._qlo
+        if queued <= self.opt.bf_max_job_test:  # the whole queue is the window
+            if len(new) > 1:
+                new.sort(key=lambda j: (self.key_of[j], j))
+            for j in new:
+                self._test(j, t)
+            return
+        m = min(queued, self.opt.bf_max_job_test)
         w = self.porder[:m]
         if len(new) > 4:
             cand = w[np.isin(w, new)].tolist()
@@ -1035,12 +1309,11 @@ class Simulator:
         the running jobs in order of expected end (kept sorted as they start and end)
         until enough nodes are free: no pass over the nodes.
         """
-        st = self.state
-        idle = int(st.idle_count[p])
+        idle = int(self.st.idle_count[p])
         need = n - idle
         if need <= 0:
             return t, idle
-        if st.shared_rows == 0 and self.cluster.part_all[p]:
+        if self.st.shared_rows == 0 and self.cluster.part_all[p]:
             acc = 0
             shadow = -1
             nodes = self._nodes
@@ -1055,6 +1328,7 @@ class Simulator:
             if shadow < 0:
                 return None
             return shadow, idle + acc
+        st = self.state
         ready = np.where(st.idle, t, np.maximum(st.node_end, t))
         ready = np.where(self.cluster.part_mask[p], ready, _INF)
         shadow = int(np.partition(ready, n - 1)[n - 1])
@@ -1170,7 +1444,7 @@ class Simulator:
         n = jobs.n
         elig = self._elig
         heap = self.heap
-        st = self.state
+        st = self.st
         ut: list[int] = []
         un: list[int] = []
         uc: list[int] = []
@@ -1193,7 +1467,8 @@ class Simulator:
                 break
             while next_sample < t:
                 ft.append(next_sample)
-                fv.append(fragmentation(self.cluster, st, next_sample))
+                fv.append(self._ls.fragmentation(next_sample) if self._ls is not None
+                          else fragmentation(self.cluster, self.state, next_sample))
                 next_sample += interval
                 if len(ft) >= 2 * max(1, self.eng.samples):  # a long drain: coarser grid
                     del ft[1::2], fv[1::2]

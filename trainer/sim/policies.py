@@ -145,12 +145,16 @@ class Policy(ABC):
             job's score no longer changes while it waits (the engine then re-scores
             only the jobs younger than that); ``None``: it may change at any time.
         placement: Name of the placement in :data:`~trainer.sim.placement.PLACEMENTS`.
+        reads_state: Its scores read :attr:`ScoreContext.state` (the nodes), so the
+            engine must keep the node arrays; False lets a whole-node replay run on idle
+            counts per leaf (:mod:`trainer.sim.leaves`). True unless a policy says not.
     """
 
     name: ClassVar[str] = ""
     dynamic: bool = False
     uses_usage: bool = False
     settles_after: int | None = None
+    reads_state: ClassVar[bool] = True
 
     def __init__(self, settings: PrioritySettings | None = None, placement: str = "tree"):
         if placement not in PLACEMENTS:
@@ -200,6 +204,7 @@ class Fifo(Policy):
     """First come, first served: by eligible time (then job id)."""
 
     name = "fifo"
+    reads_state = False
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """Earlier arrival scores higher."""
@@ -216,6 +221,7 @@ class Sjf(Policy):
     """Shortest job first, by time limit (the user's estimate), then arrival."""
 
     name = "sjf"
+    reads_state = False
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """A shorter time limit scores higher."""
@@ -232,6 +238,7 @@ class Multifactor(Policy):
     """Slurm's multifactor priority (see :mod:`trainer.sim.slurm` for the formula)."""
 
     name = "multifactor"
+    reads_state = False
 
     def __init__(self, settings: PrioritySettings | None = None, placement: str = "tree"):
         super().__init__(settings, placement)
@@ -333,6 +340,7 @@ class Sif(Policy):
     """SCHED²'s Shortest Ideal time job First: the shortest recorded run time."""
 
     name = "sif"
+    reads_state = False
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """A shorter ideal (recorded) run time scores higher."""
@@ -428,6 +436,7 @@ class Lrf(Policy):
     """SCHED²'s Least Resource job First: the fewest GPUs (CPUs without GPUs)."""
 
     name = "lrf"
+    reads_state = False
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """Fewer GPUs in total score higher."""
@@ -439,6 +448,7 @@ class Spf(Policy):
     """SCHED²'s Smallest Product job First: GPUs (CPUs without GPUs) x ideal time."""
 
     name = "spf"
+    reads_state = False
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """A smaller product of resource amount and recorded run time scores higher."""
@@ -503,6 +513,7 @@ class Drf(Policy):
     """Dominant Resource Fairness: the user with the smallest dominant share first."""
 
     name = "drf"
+    reads_state = False
     dynamic = True
     uses_usage = True
 
@@ -519,6 +530,7 @@ class RandomOrder(Policy):
     """A random priority per job, drawn at arrival from the replay's generator."""
 
     name = "random"
+    reads_state = False
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """Uniform random scores from :attr:`ScoreContext.rng`."""
