@@ -327,10 +327,13 @@ class Simulator:
         self._sp_val = 0.0
         self._sp_mixed = False
         self._lazy_at: int | None = None
-        self.pend_count = np.zeros(n_parts, dtype=np.int64)
+        # pending jobs per partition, and how many partitions have some (python scalars:
+        # read and changed one at a time)
+        self.pend_count: list[int] = [0] * n_parts
+        self._parts_pending = 0
         self._all_parts = np.ones(n_parts, dtype=bool)
         self._n_pending = 0  # pend_count.sum()
-        self.blocked_key = np.full(n_parts, np.inf)
+        self.blocked_key: list[float] = [math.inf] * n_parts
         self._head_job: dict[int, int] = {}
         self.key_of = np.zeros(n, dtype=np.float64)
         self.heap: list[tuple[int, int, int, int]] = []
@@ -477,9 +480,15 @@ class Simulator:
                 self._bucket_add(lo, lo + 1)
             self.key_of[lo] = key
             p = self._part[lo]
+            if not self.pend_count[p]:
+                self._parts_pending += 1
             self.pend_count[p] += 1
             self._n_pending += 1
-            pos = int(self.pkeys.searchsorted(key, side="right"))
+            hi_q = self._qhi
+            if hi_q == self._qlo or key >= self._qkey[hi_q - 1]:
+                pos = hi_q - self._qlo  # (behind every queued job: the common case)
+            else:
+                pos = int(self.pkeys.searchsorted(key, side="right"))
             self._insert(pos, lo, key)
             if key < self.blocked_key[p]:
                 self.main_dirty = True
@@ -493,13 +502,16 @@ class Simulator:
             self._bucket_add(lo, hi)
         keys = -np.asarray(self.policy.score(self.jobs, idx, ctx), dtype=np.float64)
         self.key_of[lo:hi] = keys
-        np.add.at(self.pend_count, self.jobs.part[lo:hi], 1)
+        for p in self._part[lo:hi]:
+            if not self.pend_count[p]:
+                self._parts_pending += 1
+            self.pend_count[p] += 1
         self._n_pending += hi - lo
         o = np.argsort(keys, kind="stable")
         idx, keys = idx[o], keys[o]
         where = np.searchsorted(self.pkeys, keys, side="right")
         self._set_queue(np.insert(self.porder, where, idx), np.insert(self.pkeys, where, keys))
-        ahead = keys < self.blocked_key[self.jobs.part[idx]]
+        ahead = keys < np.asarray(self.blocked_key)[self.jobs.part[idx]]
         if np.count_nonzero(ahead):
             self.main_dirty = True
         if self.opt.backfill and not self.bf_full:
@@ -613,8 +625,8 @@ class Simulator:
             # same order (ties by arrival): the passes already made stand; keys moved
             self.pkeys[k:upto] = keys
             for p, j in self._head_job.items():
-                if self.blocked_key[p] != np.inf:
-                    self.blocked_key[p] = self.key_of[j]
+                if self.blocked_key[p] != math.inf:
+                    self.blocked_key[p] = float(self.key_of[j])
             return
         keys = np.concatenate((self.pkeys[:k], keys, self.pkeys[upto:]))
         o = np.lexsort((idx, keys))
@@ -659,6 +671,12 @@ class Simulator:
         """
         lo, hi = self._qlo, self._qhi
         qj, qk = self._qjob, self._qkey
+        if len(self._started_jobs) == 1 and qj[lo] == self._started_jobs[0]:
+            self._qlo = lo + 1  # the head started (the common case)
+            self._started = 0
+            self._started_jobs.clear()
+            self._scan_upto = 0
+            return True
         q = qj[lo:hi]
         at = []
         for j in self._started_jobs:
@@ -809,7 +827,10 @@ class Simulator:
             if not b:
                 del self._bucket[v]
                 del self._bvals[bisect.bisect_left(self._bvals, v)]
-        self.pend_count[self._part[j]] -= 1
+        p = self._part[j]
+        self.pend_count[p] -= 1
+        if not self.pend_count[p]:
+            self._parts_pending -= 1
         self._n_pending -= 1
         self._started += 1
         self._started_jobs.append(j)
@@ -864,7 +885,7 @@ class Simulator:
         if self._ls is not None and self._qhi - self._qlo <= 64:
             self._main_counts(t)
             return
-        self.blocked_key[:] = np.inf
+        self.blocked_key[:] = [math.inf] * len(self.blocked_key)
         blocked: set[int] = set()
         porder = self.porder.tolist() if self.porder.size <= 64 else self.porder
         for pos, jj in enumerate(porder):
@@ -877,9 +898,9 @@ class Simulator:
             res = self._try(j, t, ())
             if res is None:
                 blocked.add(p)
-                self.blocked_key[p] = self.pkeys[pos]
+                self.blocked_key[p] = float(self.pkeys[pos])
                 self._head_job[p] = j
-                if len(blocked) >= int(np.count_nonzero(self.pend_count)):
+                if len(blocked) >= self._parts_pending:
                     break
             else:
                 self._start(j, res[0], res[1], t, False)
@@ -891,9 +912,8 @@ class Simulator:
         lo = self._qlo
         order = self._qjob[lo:self._qhi].tolist()
         bk = self.blocked_key
-        bk[:] = np.inf
+        bk[:] = [math.inf] * len(bk)
         blocked: set[int] = set()
-        n_blocking = -1
         nodes, part, idle = self._nodes, self._part, self.st.idle_count
         upto = self._scan_upto
         for pos, j in enumerate(order):
@@ -903,11 +923,9 @@ class Simulator:
             res = self._try(j, t, ()) if nodes[j] <= idle[p] else None
             if res is None:
                 blocked.add(p)
-                bk[p] = self._qkey[lo + pos]
+                bk[p] = float(self._qkey[lo + pos])
                 self._head_job[p] = j
-                if n_blocking < 0:
-                    n_blocking = int(np.count_nonzero(self.pend_count))
-                if len(blocked) >= n_blocking:
+                if len(blocked) >= self._parts_pending:
                     break
             else:
                 self._start(j, res[0], res[1], t, False)
@@ -939,7 +957,7 @@ class Simulator:
             if m <= _PY_WINDOW:
                 self._backfill_walk(t, m)
                 return
-            if self._qfifo and int(np.count_nonzero(self.pend_count)) == 1:
+            if self._qfifo and self._parts_pending == 1:
                 self._backfill_deep(t, m)
                 return
         jobs = self.jobs
@@ -953,7 +971,7 @@ class Simulator:
             present = (list(range(self._n_shapes)) if self._n_shapes <= 8 else
                        np.bincount(sh, minlength=self._n_shapes).nonzero()[0].tolist())
         nn_min = int(nn[nn.argmin()])
-        single = int(np.count_nonzero(self.pend_count)) == 1
+        single = self._parts_pending == 1
         if nn_min > self._max_count(present):
             # nothing fits now: only the blocked heads are noted (their reservations are
             # computed if an arriving job could start)
@@ -1093,7 +1111,7 @@ class Simulator:
         st = self.st
         nodes, part, limit = self._nodes, self._part, self._limit
         res = self.opt.bf_resolution
-        single = int(np.count_nonzero(self.pend_count)) == 1
+        single = self._parts_pending == 1
         unreserved = set(range(len(self._all_parts)))
 
         def snapshot() -> tuple[int, list[tuple[int, int]]]:

@@ -217,9 +217,9 @@ class LeafState:
         """SCHED²'s fragmentation index now, as :func:`trainer.sim.metrics.fragmentation`.
 
         Per leaf, the sum and the sum of squares of the busy nodes' remaining times are
-        added up job by job (exact integers), then turned into the index with the same
-        float operations as the node-array version, so the values agree bit for bit
-        while those sums stay below 2**53.
+        added up job by job, then turned into the index with the same float operations
+        as the node-array version; the sums are of integers, exact in floats while they
+        stay below 2**53, so the values agree bit for bit.
         """
         cl = self.cluster
         if cl.total_gpus > 0:
@@ -238,20 +238,20 @@ class LeafState:
             frag[:len(vals)] = vals
             return float(frag.mean()) if self._gpn > 0 else 0.0
         nl = cl.num_leaves
-        s1 = [0] * nl
-        s2 = [0] * nl
+        ids: list[int] = []
+        w1: list[float] = []
+        w2: list[float] = []
         for aend, alloc in self._running.values():
             rem = aend - now
             if rem <= 0:
                 continue
             r2 = rem * rem
             for k, leaves in alloc:
-                a, a2 = k * rem, k * r2
-                for leaf in leaves:
-                    s1[leaf] += a
-                    s2[leaf] += a2
-        sx = np.array(s1, dtype=np.float64)
-        sxx = np.array(s2, dtype=np.float64)
+                ids += leaves
+                w1 += [float(k * rem)] * len(leaves)
+                w2 += [float(k * r2)] * len(leaves)
+        sx = np.bincount(ids, weights=w1, minlength=nl) if ids else np.zeros(nl)
+        sxx = np.bincount(ids, weights=w2, minlength=nl) if ids else np.zeros(nl)
         size = cl.leaf_size.astype(np.float64)
         frag = np.zeros(nl)
         ok = sxx > 0
