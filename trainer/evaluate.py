@@ -68,6 +68,8 @@ from typing import Any
 import click
 import numpy as np
 
+from slurm_plugin.helper.decide import SiteFactorRule
+
 from .cli import _input_options, _prepare, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
@@ -123,6 +125,11 @@ class EvalConfig:
     """How a learned policy orders the queue, as the helper's ``rank_all``: every job by
     its raw score, or (``False``) the jobs that fit now first, the others in Slurm's
     multifactor order (:class:`~trainer.policy.TorchPolicy`)."""
+    starvation_limit: float = SiteFactorRule.starvation_limit
+    """The helper's starvation guard on the learned policies, as it deploys them
+    (:class:`StarvationGuard`): a job that has waited longer than this many seconds goes
+    ahead of the policy's order, the oldest first (default: the helper's default, 2
+    days); 0: no guard (the net's order alone)."""
     bsld_reduction: float = 0.30
     """Target: mean bounded slowdown at least this share below the Slurm baseline's."""
     p99_slack: float = 0.10
@@ -282,6 +289,59 @@ def user_history(jobs: JobTable, cluster: Cluster, lo: int, norm: Any = None,
     return history_before(UserHistory(norm), jobs, cluster, lo, history_jobs)
 
 
+#: Score of a starving job (plus its wait): above any policy's (see :data:`FITS_FIRST`).
+STARVING = 1e15
+
+
+def follower(pol: Policy) -> Callable[[Any], None] | None:
+    """The ``follow`` method of ``pol`` or of the policy it wraps (``inner``), if any."""
+    cur: Any = pol
+    while cur is not None:
+        f = getattr(cur, "follow", None)
+        if f is not None:
+            out: Callable[[Any], None] = f
+            return out
+        cur = getattr(cur, "inner", None)
+    return None
+
+
+class StarvationGuard(Policy):
+    """A policy's order with the helper's starvation guard in front.
+
+    The helper puts a job that has waited (since eligible) longer than
+    ``starvation_limit`` at the top of its site-factor band, whatever the policy says,
+    and Slurm's age factor orders such jobs oldest first
+    (:mod:`slurm_plugin.helper.decide`). Here such a job scores above every other, by
+    its wait; the rest keep the inner policy's scores. Re-scored every calc period, as
+    the helper re-ranks every cycle.
+
+    Args:
+        inner: The policy whose order is guarded.
+        limit: Seconds of waiting after which a job goes first.
+    """
+
+    def __init__(self, inner: Policy, limit: float) -> None:
+        super().__init__(inner.settings, inner.placement)
+        self.inner = inner
+        self.limit = float(limit)
+        self.dynamic = True
+        self.uses_usage = inner.uses_usage
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The inner scores, starving jobs first (oldest first)."""
+        out = np.asarray(self.inner.score(jobs, idx, ctx), dtype=np.float64)
+        waited = (ctx.now - jobs.eligible[idx]).astype(np.float64)
+        starving = waited > self.limit
+        if starving.any():
+            out = np.where(starving, STARVING + waited, out)
+        return out
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The inner policy's placement."""
+        return self.inner.place(cluster, state, usable, req, leaf_counts)
+
+
 class FixedPlacement(Policy):
     """A policy's job order with a named placement instead of its own.
 
@@ -308,7 +368,8 @@ class FixedPlacement(Policy):
 
 def load_policy(path: str | os.PathLike[str], *, history: Any = None,
                 placement: str = "policy", rank_all: bool = True,
-                settings: PrioritySettings | None = None) -> Policy:
+                settings: PrioritySettings | None = None,
+                starvation_limit: float = 0.0) -> Policy:
     """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
 
     Args:
@@ -319,6 +380,8 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         rank_all: Rank every job by its raw score, or those that fit now first.
         settings: Priority settings (the order of the jobs that do not fit now,
             without ``rank_all``).
+        starvation_limit: Seconds of waiting after which a job goes first
+            (:class:`StarvationGuard`); 0: no guard.
 
     Raises:
         ValueError: If the file is not a checkpoint nor a valid model (with the reason).
@@ -339,6 +402,8 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
     if history is not None:
         pol.history = history(pol.norm) if callable(history) else history
     out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
+    if starvation_limit > 0:
+        out = StarvationGuard(out, starvation_limit)
     return out
 
 
@@ -618,7 +683,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             if isinstance(m, Policy):
                 return m, opts
             return load_policy(m, history=history, placement=cfg.policy_placement,
-                               rank_all=cfg.rank_all, settings=prio), opts
+                               rank_all=cfg.rank_all, settings=prio,
+                               starvation_limit=cfg.starvation_limit), opts
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
@@ -632,8 +698,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         for name in bar:
             pol, o = make[name]()
             sim = Simulator(table, cluster, pol, o, eng)
-            follow = getattr(pol, "follow", None) or getattr(
-                getattr(pol, "inner", None), "follow", None)
+            follow = follower(pol)
             if follow is not None and name in models and not isinstance(models[name],
                                                                          Policy):
                 follow(sim)  # the user history grows as jobs end, as in training
@@ -714,6 +779,10 @@ def _eval_options(fn: Any) -> Any:
                      help="How the models order the queue, as the helper's rank_all: every"
                           " job by its raw score (default), or the jobs that fit now first,"
                           " the others in Slurm's order."),
+        click.option("--starvation-limit", type=click.FloatRange(0),
+                     help="The helper's starvation guard on the models, in seconds: a job"
+                          " waiting longer goes first, oldest first (default 172800, the"
+                          " helper's default; 0: the models' order alone)."),
         click.option("--locality-targets/--no-locality-targets", default=None,
                      help="Check the JCT and leaf-locality targets (default: when the speed"
                           " model is not none)."),
@@ -731,7 +800,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      train_share: float | None, val_share: float | None,
                      warmup: float | None, policy_placement: str | None,
                      locality_targets: bool | None, rank_all: bool | None,
-                     **kwargs: Any) -> None:
+                     starvation_limit: float | None, **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
@@ -746,7 +815,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
                             "policy_placement": policy_placement,
-                            "locality_targets": locality_targets, "rank_all": rank_all}
+                            "locality_targets": locality_targets, "rank_all": rank_all,
+                            "starvation_limit": starvation_limit}
     try:
         cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
     except ValueError as exc:

@@ -28,7 +28,7 @@ from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator
 from trainer.sim.policies import BASELINES, make_policy
 from trainer.sim.slurm import SchedulerOptions
-from trainer.sim.state import Cluster, build_jobs
+from trainer.sim.state import Cluster, NodeState, build_jobs
 from trainer.sim.stepper import window
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
 
@@ -401,3 +401,40 @@ def test_rank_all_reaches_the_loaded_model(tiny_checkpoint):
     b = evaluate(jobs, cl, {"net": tiny_checkpoint}, dataclasses.replace(cfg, rank_all=False))
     assert a.metrics["net"]["wait_s"] != b.metrics["net"]["wait_s"]
     assert a.metrics["slurm"]["wait_s"] == b.metrics["slurm"]["wait_s"]
+
+
+def test_starvation_guard_puts_long_waiters_first_oldest_first():
+    from trainer.evaluate import STARVING, StarvationGuard
+    from trainer.sim.policies import ScoreContext, make_policy
+
+    jobs, cl = _table(6)
+    inner = make_policy("sjf")  # scores -limit: short jobs first
+    guard = StarvationGuard(inner, 100.0)
+    assert guard.dynamic and guard.placement == inner.placement
+    idx = np.arange(6)
+    now = int(jobs.eligible[0]) + 150
+    ctx = ScoreContext(now, cl, NodeState(cl), np.zeros(1), np.random.default_rng(0), None)
+    got = guard.score(jobs, idx, ctx)
+    want = inner.score(jobs, idx, ctx)
+    waited = now - jobs.eligible
+    starving = waited > 100
+    assert starving.any() and not starving.all()
+    np.testing.assert_array_equal(got[~starving], want[~starving])  # the policy's order
+    assert (got[starving] >= STARVING).all() and got[starving].min() > got[~starving].max()
+    order = np.argsort(-got[starving], kind="stable")
+    assert (np.diff(waited[starving][order]) <= 0).all()  # oldest first
+
+
+def test_starvation_limit_reaches_the_models(tiny_checkpoint):
+    from trainer.evaluate import StarvationGuard, load_policy
+
+    assert isinstance(load_policy(tiny_checkpoint, starvation_limit=60.0), StarvationGuard)
+    assert not isinstance(load_policy(tiny_checkpoint), StarvationGuard)
+    assert EvalConfig().starvation_limit == 2 * 86400.0  # the helper's default
+    jobs, cl = _table(150, interarrival=5.0)  # a queue builds up
+    cfg = EvalConfig(baselines=("slurm",), starvation_limit=0.0)
+    a = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    b = evaluate(jobs, cl, {"net": tiny_checkpoint},
+                 dataclasses.replace(cfg, starvation_limit=60.0))
+    assert b.metrics["net"]["wait_s"] != a.metrics["net"]["wait_s"]  # the guard acted
+    assert a.metrics["slurm"]["wait_s"] == b.metrics["slurm"]["wait_s"]  # baselines: not
