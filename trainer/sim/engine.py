@@ -80,7 +80,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -882,7 +882,7 @@ class Simulator:
     def _main(self, t: int) -> None:
         self.stats["main_passes"] += 1
         self._compact()
-        if self._ls is not None and self._qhi - self._qlo <= 64:
+        if self._ls is not None:
             self._main_counts(t)
             return
         self.blocked_key[:] = [math.inf] * len(self.blocked_key)
@@ -908,15 +908,18 @@ class Simulator:
         self.bf_full = True
 
     def _main_counts(self, t: int) -> None:
-        """:meth:`_main` on the fast path for a short queue (plain Python, same result)."""
+        """:meth:`_main` on the fast path (plain Python, same result).
+
+        The queue is read 64 jobs at a time: with one partition the pass ends at the
+        first job that does not start, however deep the queue.
+        """
         lo = self._qlo
-        order = self._qjob[lo:self._qhi].tolist()
         bk = self.blocked_key
         bk[:] = [math.inf] * len(bk)
         blocked: set[int] = set()
         nodes, part, idle = self._nodes, self._part, self.st.idle_count
         upto = self._scan_upto
-        for pos, j in enumerate(order):
+        for pos, j in enumerate(self._queue_jobs()):
             p = part[j]
             if p in blocked:
                 continue
@@ -932,6 +935,13 @@ class Simulator:
                 upto = pos + 1
         self._scan_upto = max(self._scan_upto, upto)
         self.bf_full = True
+
+    def _queue_jobs(self) -> Iterator[int]:
+        """The pending jobs in priority order, as ints, read 64 at a time."""
+        k, hi = self._qlo, self._qhi
+        while k < hi:
+            yield from self._qjob[k:min(hi, k + 64)].tolist()
+            k += 64
 
     def _res_round(self, t: int) -> int:
         r = self.opt.bf_resolution
@@ -1283,6 +1293,11 @@ class Simulator:
                 self._test(j, t)
             return
         m = min(queued, self.opt.bf_max_job_test)
+        if self._qfifo:  # in arrival order: the window is every job up to its last one
+            last = int(self._qjob[self._qlo + m - 1])
+            for j in sorted(j for j in new if j <= last):
+                self._test(j, t)
+            return
         w = self.porder[:m]
         if len(new) > 4:
             cand = w[np.isin(w, new)].tolist()
