@@ -203,6 +203,9 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--rank-all/--no-rank-all", "rank_all", None,
      "With --val-deployed: rank every pending job by its raw score (default, as the"
      " helper's rank_all), or the jobs that fit now first."),
+    ("--starvation-limit", "starvation_limit", click.FloatRange(min=0),
+     "With --val-deployed: the helper's starvation guard, seconds of waiting after which"
+     " a job goes first (default 172800, the helper's; 0: none)."),
     ("--place", "place", None,
      "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
 )

@@ -249,7 +249,8 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     assert all("wait_p99" in p for p in vals)  # engine metrics, not the env's
     best = min(vals, key=lambda p: p["bsld_mean"])
     assert res.best["bsld_mean"] == best["bsld_mean"]
-    again = deployed_metrics(spec, res.best_net, seed=cfg.seed)
+    again = deployed_metrics(spec, res.best_net, seed=cfg.seed,
+                             starvation_limit=cfg.starvation_limit)
     assert again["bsld_mean"] == best["bsld_mean"] and again["jobs"] == 48
     # by hand: the window's 48 jobs, after 12 warm-up jobs, ordered by the net
     from trainer.evaluate import restrict

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
+from slurm_plugin.helper.decide import SiteFactorRule
+
 from ..env import EnvConfig
 
 __all__ = [
@@ -112,6 +114,9 @@ class TrainConfig:
     rank_all: bool = True
     """How the deployed validation ranks the queue, as the helper's ``rank_all``: every
     job by its raw score, or (``False``) the jobs that fit now first."""
+    starvation_limit: float = SiteFactorRule.starvation_limit
+    """The helper's starvation guard in the deployed validation (seconds of waiting
+    after which a job goes first, as ``rlsched evaluate``; 0: none)."""
     references: tuple[str, ...] = ("sjf", "fifo", "random")
     """Heuristic agents (:data:`trainer.rl.acting.AGENTS`) run once on the validation
     window, for the curves and the summary."""

@@ -29,7 +29,7 @@ from slurm_plugin.features import Normalisation, UserHistory
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics, observe
 from ..sim.engine import EngineOptions, Simulator
-from ..sim.policies import BASELINES
+from ..sim.policies import BASELINES, Policy
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
@@ -50,18 +50,21 @@ def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisatio
 
 def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      options: SchedulerOptions | None = None, seed: int = 0,
-                     backfill: bool = True, rank_all: bool = True) -> dict[str, float]:
+                     backfill: bool = True, rank_all: bool = True,
+                     starvation_limit: float = 0.0) -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
     engine, with EASY backfill (how the helper deploys it), on the window the env
     validates on: the ``spec.eval.warmup_jobs`` jobs before it are replayed first and
     not counted, and the user history grows with the replay's completions; ``rank_all``
-    as the helper's (:class:`~trainer.policy.TorchPolicy`). Keys are
+    as the helper's (:class:`~trainer.policy.TorchPolicy`); ``starvation_limit`` > 0
+    puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`).
+    Keys are
     the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either can pick the
     best checkpoint.
     """
-    from ..evaluate import restrict
+    from ..evaluate import StarvationGuard, restrict
 
     opts = options or SchedulerOptions()
     lo = spec.train_rows
@@ -72,7 +75,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                           spec.eval.history_jobs)
     tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
                      rank_all=rank_all)
-    sim = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=backfill),
+    pol: Policy = StarvationGuard(tp, starvation_limit) if starvation_limit > 0 else tp
+    sim = Simulator(jobs, spec.cluster, pol, replace(opts, backfill=backfill),
                     EngineOptions(seed=seed, speed_model=spec.eval.speed_model))
     tp.follow(sim)
     m = metrics.compute(restrict(sim.run(), warm))

@@ -332,7 +332,8 @@ class Trainer:
         net.eval()
         if self.cfg.val_deployed:
             m = deployed_metrics(self.spec, net, options=self.options, seed=self.cfg.seed,
-                                 rank_all=self.cfg.rank_all)
+                                 rank_all=self.cfg.rank_all,
+                                 starvation_limit=self.cfg.starvation_limit)
             v = float(m[self.cfg.val_metric])
         else:
             t = pool.run(net, [[self._val_task()]])[0][0]
