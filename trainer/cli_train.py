@@ -30,12 +30,14 @@ features.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -342,6 +344,24 @@ def _write_json(data: Any, path: Path) -> None:
     write_curves(data, path)
 
 
+@contextlib.contextmanager
+def _echo_warnings(kind: type[Warning]) -> Iterator[None]:
+    """Inside the block, warnings of ``kind`` print as one ``warning: ...`` line each."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if issubclass(category, kind):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", kind)
+        warnings.showwarning = show
+        yield
+
+
 def _imitation_source(data: _Data, choice: str) -> str:
     if choice != "auto":
         return choice
@@ -393,7 +413,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     from slurm_plugin.output import table
 
     from .policy import load_checkpoint
-    from .rl import ALGORITHMS, TrainConfig, Trainer, make_spec
+    from .rl import ALGORITHMS, FlatValidationWarning, TrainConfig, Trainer, make_spec
     from .rl.config import parse_overrides
     from .rl.report import HEADERS, summarize
 
@@ -426,7 +446,8 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
                       meta={"source": data.source}, options=data.options)
     try:
-        res = trainer.run(resume=cmd.resume)
+        with _echo_warnings(FlatValidationWarning):
+            res = trainer.run(resume=cmd.resume)
     except (FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:

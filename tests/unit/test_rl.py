@@ -30,10 +30,12 @@ from trainer.rl import (  # noqa: E402
     CEMConfig,
     DQNConfig,
     EnvSpec,
+    FlatValidationWarning,
     PPOConfig,
     ReinforceConfig,
     Task,
     TrainConfig,
+    flat_validation,
     make_spec,
     train,
 )
@@ -228,6 +230,7 @@ def test_training_writes_curves_and_checkpoints(tmp_path):
     assert [p["update"] for p in data["train"]] == [1, 2]
     assert [p["update"] for p in data["val"]] == [0, 2]
     assert set(data["references"]) == {"sjf", "random"}
+    assert "warnings" not in data  # bursts of 12 jobs on 4 nodes: the agents differ
     assert data["best"]["update"] in (0, 2)
     from trainer.policy import load_checkpoint
 
@@ -270,6 +273,56 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     assert m["bsld"]["mean"] == again["bsld_mean"]
     with pytest.raises(ValueError, match="reward_sum"):
         TrainConfig(val_deployed=True, val_metric="reward_sum")
+
+
+def test_flat_validation_by_hand():
+    def refs(**vals):
+        return {a: {"bsld_mean": v, "jobs": 10.0} for a, v in vals.items()}
+
+    # Philly's first validation window on 64 x 8 GPUs: no job waits under any order
+    msg = flat_validation(refs(sjf=1.0, fifo=1.0, random=1.0000247), "bsld_mean")
+    assert msg is not None
+    assert "bsld_mean: fifo 1, random 1, sjf 1; within 1%" in msg and "--val-jobs" in msg
+    assert flat_validation(refs(sjf=1.04, random=1.09), "bsld_mean") is None
+    assert flat_validation(refs(sjf=1.0, fifo=1.01), "bsld_mean") is not None  # 0.99%
+    assert flat_validation(refs(sjf=1.0, fifo=1.02), "bsld_mean") is None
+    assert flat_validation(refs(sjf=1.0, fifo=1.02), "bsld_mean", spread=0.05) is not None
+    assert flat_validation(refs(sjf=0.0, fifo=0.0), "bsld_mean") is not None  # no wait
+    assert flat_validation(refs(sjf=-1500.0, fifo=-1500.02), "bsld_mean") is not None
+    assert flat_validation(refs(sjf=1.0), "bsld_mean") is None  # one agent: no spread
+    assert flat_validation(refs(sjf=1.0, fifo=math.nan), "bsld_mean") is None
+    assert flat_validation(refs(sjf=1.0, fifo=1.0), "wait_mean") is None  # not measured
+    assert flat_validation({}, "bsld_mean") is None
+
+
+def test_a_validation_window_where_nothing_waits_is_flagged(tmp_path):
+    # pairs of single-node jobs on 4 nodes, 30,000 s apart: every work-conserving order
+    # starts them at once (as no Philly job waits in its first validation window)
+    jobs, cl = bursts(30, seed=1, burst=2)
+    cfg = TrainConfig(**{**TOY, "episode_jobs": 8, "val_jobs": 12, "eval_every": 1,
+                         "references": ("sjf", "fifo", "random")}, budget_updates=1,
+                      hold=False)
+    with pytest.warns(FlatValidationWarning, match="does not separate the reference agents"):
+        res = train(make_spec(jobs, cl, cfg), cfg, PPOConfig(episodes=2), out=tmp_path)
+    assert {m["bsld_mean"] for m in res.curves["references"].values()} == {1.0}
+    assert [p["bsld_mean"] for p in res.curves["val"]] == [1.0, 1.0]
+    assert res.best["update"] == 0  # the tie keeps the first validation
+    data = json.loads((tmp_path / "curves.json").read_text())
+    assert data["warnings"] == res.curves["warnings"]
+    assert len(data["warnings"]) == 1 and "fifo 1, random 1, sjf 1" in data["warnings"][0]
+
+
+def test_the_train_command_prints_the_flat_validation_warning_on_one_line(capsys):
+    import warnings
+
+    from trainer.cli_train import _echo_warnings
+
+    with _echo_warnings(FlatValidationWarning):
+        warnings.warn("the window is flat", FlatValidationWarning, stacklevel=1)
+        warnings.warn("the window is flat", FlatValidationWarning, stacklevel=1)
+        with pytest.warns(DeprecationWarning):  # other categories are left alone
+            warnings.warn("old", DeprecationWarning, stacklevel=1)
+    assert capsys.readouterr().err == "warning: the window is flat\n" * 2
 
 
 # ---------------------------------------------------------------------------- pieces

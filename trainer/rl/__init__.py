@@ -44,7 +44,14 @@ from .config import (
     ReinforceConfig,
     TrainConfig,
 )
-from .trainer import Trainer, TrainResult, make_spec, train
+from .trainer import (
+    FlatValidationWarning,
+    Trainer,
+    TrainResult,
+    flat_validation,
+    make_spec,
+    train,
+)
 
 __all__ = [
     "AGENTS",
@@ -55,6 +62,7 @@ __all__ = [
     "CEMConfig",
     "DQNConfig",
     "EnvSpec",
+    "FlatValidationWarning",
     "PPOConfig",
     "ReinforceConfig",
     "Task",
@@ -62,6 +70,7 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "Trajectory",
+    "flat_validation",
     "make_spec",
     "train",
 ]

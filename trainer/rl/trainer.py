@@ -19,6 +19,15 @@ One round (an *update*)
     :func:`~trainer.rl.report.deployed_metrics`). Every ``checkpoint_every`` updates
     (and at the end) the whole training state goes to ``state.pt``.
 
+A validation window that cannot pick
+    The reference agents (``references``) run once on the validation window first. When
+    their ``val_metric`` values lie within :data:`FLAT_VALIDATION_SPREAD` of each other
+    (:func:`flat_validation`: e.g. a lightly loaded window where no job waits, so every
+    order scores a bounded slowdown of 1), checkpoints score alike too, and ties keep
+    the earliest: the best checkpoint says nothing about the training. A
+    :class:`FlatValidationWarning` says so when the run starts, and the message is kept
+    in the curves (``warnings``).
+
 Determinism and resume
     Initial weights come from ``torch.manual_seed(seed)`` (or the given net), windows,
     seeds and minibatch orders from one ``numpy`` generator seeded with ``seed``, action
@@ -41,7 +50,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,7 +79,8 @@ from .curves import plot_curves, write_curves
 from .report import deployed_metrics
 from .workers import RolloutPool, make_pool
 
-__all__ = ["TrainResult", "Trainer", "make_spec", "train"]
+__all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "TrainResult", "Trainer",
+           "flat_validation", "make_spec", "train"]
 
 #: Fields of :class:`TrainConfig` a resume may change.
 RESUMABLE_CHANGES = frozenset({"budget_steps", "budget_updates", "max_seconds", "workers",
@@ -78,6 +89,43 @@ RESUMABLE_CHANGES = frozenset({"budget_steps", "budget_updates", "max_seconds", 
 STATE_FILE = "state.pt"
 BEST_FILE = "best.pt"
 LAST_FILE = "last.pt"
+
+#: Relative spread of the reference agents' validation metric at or under which the
+#: validation window is taken to separate no policies (:func:`flat_validation`).
+FLAT_VALIDATION_SPREAD = 0.01
+
+
+class FlatValidationWarning(UserWarning):
+    """The validation window does not separate the reference agents (:func:`flat_validation`)."""
+
+
+def flat_validation(references: Mapping[str, Mapping[str, float]], metric: str,
+                    spread: float = FLAT_VALIDATION_SPREAD) -> str | None:
+    """Why the validation window cannot pick a checkpoint, or ``None`` when it can.
+
+    Args:
+        references: Episode metrics of the reference agents on the validation window,
+            by agent (``curves["references"]``).
+        metric: The metric that picks the best checkpoint (``val_metric``).
+        spread: Largest ``max - min`` of the agents' values, relative to the largest
+            magnitude among them, that still counts as flat.
+
+    Returns:
+        A one-line message naming the agents and their values when two or more agents
+        have a finite ``metric`` and they lie within ``spread``; else ``None``.
+    """
+    vals = {a: float(m[metric]) for a, m in sorted(references.items())
+            if metric in m and math.isfinite(float(m[metric]))}
+    if len(vals) < 2:
+        return None
+    lo, hi = min(vals.values()), max(vals.values())
+    if hi - lo > spread * max(abs(lo), abs(hi)):
+        return None
+    shown = ", ".join(f"{a} {v:.4g}" for a, v in vals.items())
+    return (f"the validation window does not separate the reference agents ({metric}:"
+            f" {shown}; within {spread:.0%}): checkpoints will score alike and the"
+            " earliest is kept as best. Validate on more or busier jobs (--val-jobs,"
+            " --since/--window)")
 
 
 def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
@@ -255,6 +303,10 @@ class Trainer:
                 if refs:
                     res = [t for g in pool.run(None, self._groups(refs)) for t in g]
                     curves["references"] = {t.task.agent: dict(t.metrics) for t in res}
+                    flat = flat_validation(curves["references"], cfg.val_metric)
+                    if flat is not None:
+                        curves["warnings"] = [flat]
+                        warnings.warn(flat, FlatValidationWarning, stacklevel=3)
                 best, best_state = self._evaluate(pool, net, curves, best, best_state,
                                                   updates, steps, wall0)
                 last_eval = updates
