@@ -64,7 +64,13 @@ from slurm_plugin.features import (
     schema_hash,
 )
 from slurm_plugin.fsio import atomic_write
-from trainer.policy import Checkpoint, PolicyNet, load_checkpoint
+from trainer.policy import (
+    PLACE_TRAINED,
+    Checkpoint,
+    PolicyNet,
+    load_checkpoint,
+    place_head_trained,
+)
 
 from . import parity
 from .contract import (
@@ -395,6 +401,8 @@ def export(checkpoint: str | os.PathLike[str], out_path: str | os.PathLike[str],
                            "rlsched_version": ck.version},
             "parity": report.to_dict(),
             "export": asdict(cfg),
+            # whether the placement head may steer (trainer.policy.place_head_trained)
+            PLACE_TRAINED: place_head_trained(ck.extra),
         }
         atomic_write(out, data)
     cp = card_path(out)

@@ -40,12 +40,14 @@ __all__ = [
     "INPUTS",
     "MODEL_FORMAT",
     "OUTPUTS",
+    "PLACE_TRAINED",
     "LoadedModel",
     "ModelError",
     "card_path",
     "file_signature",
     "load_model",
     "max_supported_opset",
+    "place_head_trained",
     "read_onnx_header",
     "sha256_hex",
 ]
@@ -90,6 +92,28 @@ class ModelError(Exception):
         self.reason = reason
         self.action = action
         super().__init__(f"{reason}: {action}")
+
+
+#: Key of a checkpoint's ``extra`` (and of the exported model card) saying whether its
+#: placement head was trained to place jobs (see :func:`place_head_trained`).
+PLACE_TRAINED = "place_trained"
+
+
+def place_head_trained(meta: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint's (``extra``) or a model's (card) placement head was trained.
+
+    Training records it: reinforcement learning with ``--place`` (the agent chose the
+    node sets and was rewarded for them) trains it; imitation does not (it copies
+    Slurm's tree best fit, from the few multi-node starts whose nodes are known, so at
+    best it matches that placement), nor does RL without ``--place`` (it keeps the
+    head it started from). Where it is not recorded (files saved before it was) the
+    head counts as trained, as it did then. An untrained head does not place jobs:
+    :func:`trainer.evaluate.load_policy` and the helper's steering
+    (:mod:`slurm_plugin.helper.cycle`) leave them to Slurm's topology/tree best fit.
+    """
+    v = meta.get(PLACE_TRAINED)
+    return True if v is None else bool(v)
+
 
 
 @dataclass(frozen=True, eq=False)

@@ -373,7 +373,7 @@ def _imitation_source(data: _Data, choice: str) -> str:
 def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
              ) -> tuple[Any, dict[str, Any]]:
     from .imitate import ImitationConfig, records_from_sim, train_imitation
-    from .policy import save_checkpoint
+    from .policy import PLACE_TRAINED, save_checkpoint
     from .sim.engine import EngineOptions, Simulator
     from .sim.policies import BASELINES
 
@@ -398,7 +398,7 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
         raise click.ClickException(str(exc)) from None
     rep = {**report.to_dict(), "imitate_from": source}
     out.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(out / "imitation.pt", net, extra={"imitation": rep})
+    save_checkpoint(out / "imitation.pt", net, extra={"imitation": rep, PLACE_TRAINED: False})
     _write_json(rep, out / "imitation.json")
     test = report.metrics.get("test", {})
     if test:

@@ -457,7 +457,7 @@ class Demo:
     def imitation(self) -> None:
         """Imitate the history's decisions."""
         from .imitate import ImitationConfig, train_imitation
-        from .policy import save_checkpoint
+        from .policy import PLACE_TRAINED, save_checkpoint
 
         c, b = self.config, self.budget
         icfg = ImitationConfig(epochs=b.imitation_epochs, max_decisions=b.imitation_decisions,
@@ -471,7 +471,7 @@ class Demo:
             "cluster": self.state["spec"].to_dict(),
             "training": {"algorithm": "imitation", "config": icfg.to_dict(),
                          "window": self._window()},
-            "imitation": rep.to_dict()})
+            "imitation": rep.to_dict(), PLACE_TRAINED: False})
         _write_json(d / "report.json", rep.to_dict())
         plot_imitation(rep.history, d / "curves.png")
         self.state.update(imitation_net=net, imitation_ck=ck)

@@ -69,6 +69,7 @@ import click
 import numpy as np
 
 from slurm_plugin.helper.decide import SiteFactorRule
+from slurm_plugin.model import place_head_trained
 
 from .cli import _input_options, _prepare, resolve
 from .sim import metrics
@@ -376,7 +377,9 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         path: The file. An ONNX model is checked as the helper checks it first.
         history: A :class:`~slurm_plugin.features.UserHistory`, or a callable taking
             the policy's normalisation and returning one.
-        placement: ``policy`` (the net's placement head) or a placement name.
+        placement: ``policy`` (the net's placement head, if it was trained to place:
+            :func:`trainer.policy.place_head_trained`, else ``tree``) or a placement
+            name.
         rank_all: Rank every job by its raw score, or those that fit now first.
         settings: Priority settings (the order of the jobs that do not fit now,
             without ``rank_all``).
@@ -389,18 +392,25 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
     p = Path(path)
     if p.suffix == ".onnx":
         from exporter.policy import OnnxPolicy
-        from slurm_plugin.model import ModelError
+        from slurm_plugin.model import ModelError, load_model
 
         try:
-            pol: Any = OnnxPolicy.from_file(p, settings=settings, rank_all=rank_all)
+            model = load_model(p)
         except ModelError as exc:
             raise ValueError(f"{p}: {exc.reason} ({exc.action})") from None
+        pol: Any = OnnxPolicy(model.session, norm=model.norm, settings=settings,
+                              rank_all=rank_all)
+        meta = model.card
     else:
-        from trainer.policy import TorchPolicy
+        from trainer.policy import TorchPolicy, load_checkpoint
 
-        pol = TorchPolicy.from_checkpoint(p, settings=settings, rank_all=rank_all)
+        ck = load_checkpoint(p)
+        pol = TorchPolicy(ck.net, norm=ck.norm, settings=settings, rank_all=rank_all)
+        meta = ck.extra
     if history is not None:
         pol.history = history(pol.norm) if callable(history) else history
+    if placement == "policy" and not place_head_trained(meta):
+        placement = "tree"  # (the head was not trained to place: Slurm's placement)
     out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
     if starvation_limit > 0:
         out = StarvationGuard(out, starvation_limit)

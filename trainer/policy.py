@@ -64,6 +64,7 @@ from slurm_plugin.features import (
     schema,
     schema_hash,
 )
+from slurm_plugin.model import PLACE_TRAINED, place_head_trained
 from slurm_plugin.placement import Candidates, candidates
 from trainer.sim.observe import CompletionFeed, nodes_raw, observe
 from trainer.sim.placement import Request
@@ -73,6 +74,7 @@ from trainer.sim.state import Cluster, JobTable, NodeState
 
 __all__ = [
     "MASKED",
+    "PLACE_TRAINED",
     "Batch",
     "Checkpoint",
     "deterministic_torch",
@@ -83,6 +85,7 @@ __all__ = [
     "batch_tensors",
     "load_checkpoint",
     "obs_tensors",
+    "place_head_trained",
     "save_checkpoint",
 ]
 

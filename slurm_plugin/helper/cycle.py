@@ -13,7 +13,10 @@ A cycle (:meth:`Helper.cycle`):
 4. builds the observation from the schedulable pending jobs (held jobs, jobs waiting
    on a dependency or a begin time are left alone) and scores it;
 5. turns the ranking into site factors (:mod:`.decide`), keeps those that moved beyond
-   the hysteresis, and picks node sets for the head of the queue;
+   the hysteresis, and picks node sets for the head of the queue (only with a model
+   whose card says its placement head was trained to place jobs:
+   :func:`slurm_plugin.model.place_head_trained`; else Slurm places them, and one
+   ``steering_off`` line per model says why);
 6. records every change in the audit log (write-ahead), saves the state, and, in
    ``enforce`` mode only, applies the changes; failures are recorded again as
    ``failed``.
@@ -38,7 +41,14 @@ from typing import Any
 import numpy as np
 
 from ..features import Normalisation, Observation, UserHistory, featurize, raw_from_slurm
-from ..model import LoadedModel, ModelError, card_path, file_signature, load_model
+from ..model import (
+    LoadedModel,
+    ModelError,
+    card_path,
+    file_signature,
+    load_model,
+    place_head_trained,
+)
 from ..scorer import OnnxScorer
 from ..slurm.client import SlurmClient
 from ..slurm.types import PENDING, RUNNING, SlurmJob, SwitchTree
@@ -225,6 +235,7 @@ class Helper:
         self._history_norm: Normalisation | None = None
         self.hint_context: HintContext | None = None
         self._last_nodes: list[Any] = []
+        self._steer_off_sha: str | None = None  # model whose steering_off was logged
         #: The last cycle's observation (for inspection and benchmarks).
         self.last_observation: Observation | None = None
         self._lock = threading.Lock()
@@ -393,7 +404,7 @@ class Helper:
             site, rep.deferred = decide.plan_site_factors(
                 jobs_raw.job_id, values, starving, current, order, rule)
             changes += [Change(c.job_id, "site_factor", c.old, c.new, c.reason) for c in site]
-            if cfg.steering == "reqnodes" and cfg.steer_jobs > 0:
+            if cfg.steering == "reqnodes" and cfg.steer_jobs > 0 and self._head_steers(model):
                 changes += self._steer(obs, scorer, jobs_raw, nodes_raw, names, pending,
                                        order, sec)
             timings["decide"] = time.perf_counter() - t3
@@ -404,6 +415,17 @@ class Helper:
         rep.ok = rep.error is None
         timings["total"] = time.perf_counter() - t0
         return rep
+
+    def _head_steers(self, model: LoadedModel) -> bool:
+        """The model's placement head was trained to place jobs (logged once if not)."""
+        if place_head_trained(model.card):
+            return True
+        if self._steer_off_sha != model.sha256:
+            self._steer_off_sha = model.sha256
+            self.log.info("steering_off", model=model.short_sha,
+                          reason="the model's placement head was not trained to place jobs"
+                                 " (train with --place); Slurm places them")
+        return False
 
     def _current(self, sec: Section, job: SlurmJob, enforce: bool) -> int:
         """The site factor the hysteresis compares with."""

@@ -438,3 +438,20 @@ def test_starvation_limit_reaches_the_models(tiny_checkpoint):
                  dataclasses.replace(cfg, starvation_limit=60.0))
     assert b.metrics["net"]["wait_s"] != a.metrics["net"]["wait_s"]  # the guard acted
     assert a.metrics["slurm"]["wait_s"] == b.metrics["slurm"]["wait_s"]  # baselines: not
+
+
+def test_an_untrained_placement_head_leaves_placement_to_slurm(tiny_checkpoint, tmp_path):
+    from slurm_plugin.model import PLACE_TRAINED, place_head_trained
+    from trainer.evaluate import load_policy
+    from trainer.policy import TorchPolicy, load_checkpoint, save_checkpoint
+
+    assert place_head_trained({}) and place_head_trained({PLACE_TRAINED: True})
+    assert not place_head_trained({PLACE_TRAINED: False})
+    assert isinstance(load_policy(tiny_checkpoint), TorchPolicy)  # (not recorded: the head)
+    imitated = tmp_path / "imitated.pt"
+    save_checkpoint(imitated, load_checkpoint(tiny_checkpoint).net, extra={PLACE_TRAINED: False})
+    from trainer.evaluate import FixedPlacement
+
+    pol = load_policy(imitated)
+    assert isinstance(pol, FixedPlacement) and pol.placement == "tree"
+    assert isinstance(load_policy(imitated, placement="pack"), FixedPlacement)

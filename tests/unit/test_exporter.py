@@ -137,6 +137,7 @@ def test_metadata_and_card(exported):
     assert card["evaluation"] == EVALUATION
     assert card["checkpoint"]["sha256"] == hashlib.sha256(ck.read_bytes()).hexdigest()
     assert card["parity"]["recorded"] >= 1000 and card["parity"]["failures"] == 0
+    assert card["place_trained"] is True  # (the checkpoint does not say: as before)
     created = datetime.fromisoformat(card["created"].replace("Z", "+00:00"))
     assert created.utcoffset().total_seconds() == 0
 

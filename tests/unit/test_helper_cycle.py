@@ -400,3 +400,18 @@ def test_clock_jumps_cause_no_starvation_storm_and_no_negative_waits(tmp_path):
     mono[0] += 3000.0
     rep = h.run_once()
     assert {c.job_id for c in rep.changes if c.reason == "starvation"} == {1, 2, 3}
+
+
+def test_a_model_whose_placement_head_was_not_trained_does_not_steer(tmp_path):
+    model = dataclasses.replace(linear_model(), card={"place_trained": False})
+    h, client, audit, stream = make(tmp_path, steer_jobs(), mode="enforce",
+                                    steering="reqnodes", steer_jobs=2, steer_min_nodes=2,
+                                    loader=lambda *a, **k: model)
+    for _ in range(2):
+        rep = h.run_once()
+        assert rep.ok, rep.error
+    assert not [c for c in client.calls if c[0] == "set_req_nodes"]  # Slurm places them
+    assert [c for c in client.calls if c[0] == "set_site_factor"]  # the order still acts
+    off = [json.loads(line) for line in stream.getvalue().splitlines()
+           if '"steering_off"' in line]
+    assert len(off) == 1 and "--place" in off[0]["reason"]  # once per model

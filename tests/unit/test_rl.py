@@ -35,6 +35,7 @@ from trainer.rl import (  # noqa: E402
     ReinforceConfig,
     Task,
     TrainConfig,
+    Trainer,
     flat_validation,
     make_spec,
     train,
@@ -570,3 +571,26 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
     res = _invoke("train", "rl", *common, "--budget", "2u", "--resume", "--algo", "dqn")
     assert res.exit_code != 0 and "other settings" in res.output
+
+
+def test_checkpoints_record_whether_the_placement_head_was_trained(tmp_path):
+    from slurm_plugin.model import PLACE_TRAINED
+    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
+
+    spec, cfg = _short()
+    assert Trainer(spec, cfg).meta[PLACE_TRAINED] is False  # the order only
+    assert Trainer(spec, dataclasses.replace(cfg, place=True)).meta[PLACE_TRAINED] is True
+    placed = tmp_path / "placed.pt"
+    save_checkpoint(placed, PolicyNet(PolicyConfig(hidden=8)), extra={PLACE_TRAINED: True})
+    imitated = tmp_path / "imitated.pt"
+    save_checkpoint(imitated, PolicyNet(PolicyConfig(hidden=8)), extra={PLACE_TRAINED: False})
+    assert Trainer(spec, cfg, init=placed).meta[PLACE_TRAINED] is True  # kept from the init
+    assert Trainer(spec, cfg, init=imitated).meta[PLACE_TRAINED] is False
+    (tmp_path / "run").mkdir()
+    res = train(spec, dataclasses.replace(cfg, budget_updates=1, budget_steps=None),
+                PPOConfig(episodes=1), out=tmp_path / "run")
+    from trainer.policy import load_checkpoint
+
+    for name in ("best.pt", "last.pt"):
+        assert load_checkpoint(tmp_path / "run" / name).extra[PLACE_TRAINED] is False
+    assert res.best_net is not None

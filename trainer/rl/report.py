@@ -51,7 +51,7 @@ def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisatio
 def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      options: SchedulerOptions | None = None, seed: int = 0,
                      backfill: bool = True, rank_all: bool = True,
-                     starvation_limit: float = 0.0) -> dict[str, float]:
+                     starvation_limit: float = 0.0, place: bool = True) -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
@@ -59,12 +59,14 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     validates on: the ``spec.eval.warmup_jobs`` jobs before it are replayed first and
     not counted, and the user history grows with the replay's completions; ``rank_all``
     as the helper's (:class:`~trainer.policy.TorchPolicy`); ``starvation_limit`` > 0
-    puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`).
+    puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`);
+    ``place``: the net's placement head places the jobs, else the scheduler's placement
+    (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
     Keys are
     the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either can pick the
     best checkpoint.
     """
-    from ..evaluate import StarvationGuard, restrict
+    from ..evaluate import FixedPlacement, StarvationGuard, restrict
 
     opts = options or SchedulerOptions()
     lo = spec.train_rows
@@ -75,7 +77,9 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                           spec.eval.history_jobs)
     tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
                      rank_all=rank_all)
-    pol: Policy = StarvationGuard(tp, starvation_limit) if starvation_limit > 0 else tp
+    pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
+    if starvation_limit > 0:
+        pol = StarvationGuard(pol, starvation_limit)
     sim = Simulator(jobs, spec.cluster, pol, replace(opts, backfill=backfill),
                     EngineOptions(seed=seed, speed_model=spec.eval.speed_model))
     tp.follow(sim)

@@ -63,10 +63,12 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from slurm_plugin.features import Normalisation
 
 from ..policy import (
+    PLACE_TRAINED,
     PolicyConfig,
     PolicyNet,
     deterministic_torch,
     load_checkpoint,
+    place_head_trained,
     save_checkpoint,
 )
 from ..sim.slurm import SchedulerOptions
@@ -214,6 +216,11 @@ class Trainer:
         self.init = init
         self.out = Path(out) if out is not None else None
         self.meta = dict(meta or {})
+        # the placement head is trained if this run places jobs, or the checkpoint it
+        # starts from says so (place_head_trained)
+        started = (isinstance(init, (str, os.PathLike))
+                   and place_head_trained(load_checkpoint(init).extra))
+        self.meta[PLACE_TRAINED] = bool(self.cfg.place or started)
         self.options = options
 
     # ------------------------------------------------------------------ helpers
@@ -385,7 +392,8 @@ class Trainer:
         if self.cfg.val_deployed:
             m = deployed_metrics(self.spec, net, options=self.options, seed=self.cfg.seed,
                                  rank_all=self.cfg.rank_all,
-                                 starvation_limit=self.cfg.starvation_limit)
+                                 starvation_limit=self.cfg.starvation_limit,
+                                 place=self.meta[PLACE_TRAINED])
             v = float(m[self.cfg.val_metric])
         else:
             t = pool.run(net, [[self._val_task()]])[0][0]
