@@ -102,13 +102,13 @@ PLACE_TRAINED = "place_trained"
 def place_head_trained(meta: Mapping[str, Any]) -> bool:
     """Whether a checkpoint's (``extra``) or a model's (card) placement head was trained.
 
-    Training records it: reinforcement learning with ``--place`` (the agent chose the
-    node sets and was rewarded for them) trains it; imitation does not (it copies
-    Slurm's tree best fit, from the few multi-node starts whose nodes are known, so at
-    best it matches that placement), nor does RL without ``--place`` (it keeps the
-    head it started from). Where it is not recorded (files saved before it was) the
-    head counts as trained, as it did then. An untrained head does not place jobs:
-    :func:`trainer.evaluate.load_policy` and the helper's steering
+    Training records it: imitation trains it when enough starts had a placement label
+    (multi-node starts whose nodes are known: :func:`trainer.imitate.place_head_learned`;
+    a trace like Philly has a handful), reinforcement learning with ``--place`` (the
+    agent chose the node sets and was rewarded for them) trains it, and RL without
+    ``--place`` keeps the head it started from. Where it is not recorded (files saved
+    before it was) the head counts as trained, as it did then. An untrained head does
+    not place jobs: :func:`trainer.evaluate.load_policy` and the helper's steering
     (:mod:`slurm_plugin.helper.cycle`) leave them to Slurm's topology/tree best fit.
     """
     v = meta.get(PLACE_TRAINED)

@@ -372,7 +372,12 @@ def _imitation_source(data: _Data, choice: str) -> str:
 
 def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
              ) -> tuple[Any, dict[str, Any]]:
-    from .imitate import ImitationConfig, records_from_sim, train_imitation
+    from .imitate import (
+        ImitationConfig,
+        place_head_learned,
+        records_from_sim,
+        train_imitation,
+    )
     from .policy import PLACE_TRAINED, save_checkpoint
     from .sim.engine import EngineOptions, Simulator
     from .sim.policies import BASELINES
@@ -398,7 +403,8 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
         raise click.ClickException(str(exc)) from None
     rep = {**report.to_dict(), "imitate_from": source}
     out.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(out / "imitation.pt", net, extra={"imitation": rep, PLACE_TRAINED: False})
+    save_checkpoint(out / "imitation.pt", net,
+                    extra={"imitation": rep, PLACE_TRAINED: place_head_learned(report.stats)})
     _write_json(rep, out / "imitation.json")
     test = report.metrics.get("test", {})
     if test:

@@ -456,7 +456,7 @@ class Demo:
 
     def imitation(self) -> None:
         """Imitate the history's decisions."""
-        from .imitate import ImitationConfig, train_imitation
+        from .imitate import ImitationConfig, place_head_learned, train_imitation
         from .policy import PLACE_TRAINED, save_checkpoint
 
         c, b = self.config, self.budget
@@ -471,10 +471,11 @@ class Demo:
             "cluster": self.state["spec"].to_dict(),
             "training": {"algorithm": "imitation", "config": icfg.to_dict(),
                          "window": self._window()},
-            "imitation": rep.to_dict(), PLACE_TRAINED: False})
+            "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
         _write_json(d / "report.json", rep.to_dict())
         plot_imitation(rep.history, d / "curves.png")
-        self.state.update(imitation_net=net, imitation_ck=ck)
+        self.state.update(imitation_net=net, imitation_ck=ck,
+                          place_trained=place_head_learned(rep.stats))
         test = rep.metrics.get("test") or rep.metrics.get("val") or {}
         net_m, fifo_m = test.get("net", {}), test.get("fifo", {})
         self.summary["imitation"] = {"best_epoch": rep.best_epoch, "splits": rep.splits,
@@ -497,6 +498,7 @@ class Demo:
     def rl(self) -> None:
         """Improve the imitation policy by RL in the simulator."""
         from . import rl
+        from .policy import PLACE_TRAINED
 
         c, b = self.config, self.budget
         algo_cls = rl.ALGORITHMS[c.algo].config_cls
@@ -511,6 +513,7 @@ class Demo:
         d = self.out / "rl"
         d.mkdir(parents=True, exist_ok=True)
         meta = {"cluster": self.state["spec"].to_dict(),
+                PLACE_TRAINED: self.state["place_trained"],  # (the head it starts from)
                 "training": {"algorithm": f"imitation + {c.algo}",
                              "config": {"train": tcfg.to_dict(), "algo": algo_cfg.to_dict()},
                              "window": self._window()}}

@@ -45,7 +45,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -76,6 +76,7 @@ __all__ = [
     "agreement",
     "evaluate",
     "reconstruct",
+    "place_head_learned",
     "records_from_sim",
     "split_decisions",
     "train_imitation",
@@ -94,6 +95,9 @@ NODES_UNKNOWN = "recorded nodes unknown or busy"
 OVERCOMMITTED = "overcommitted"
 PLACE_LABELS = "placement labels"
 PLACE_NO_MATCH = "no candidate matches the recorded leaves"
+#: Placement labels an imitation needs for its placement head to count as trained
+#: (:func:`place_head_learned`).
+MIN_PLACE_LABELS = 50
 
 
 # ---------------------------------------------------------------------------- decisions
@@ -539,6 +543,17 @@ class ImitationConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as a JSON-able dict."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def place_head_learned(stats: Mapping[str, int]) -> bool:
+    """An imitation with these reconstruction counters trained its placement head.
+
+    It did when at least :data:`MIN_PLACE_LABELS` starts had a placement label
+    (multi-node starts whose nodes are known). On a trace with few (Philly: 5) the head
+    has learnt nothing and should not place jobs
+    (:func:`slurm_plugin.model.place_head_trained`).
+    """
+    return int(stats.get(PLACE_LABELS, 0)) >= MIN_PLACE_LABELS
 
 
 @dataclass

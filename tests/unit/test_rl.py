@@ -594,3 +594,17 @@ def test_checkpoints_record_whether_the_placement_head_was_trained(tmp_path):
     for name in ("best.pt", "last.pt"):
         assert load_checkpoint(tmp_path / "run" / name).extra[PLACE_TRAINED] is False
     assert res.best_net is not None
+
+
+def test_an_init_net_passes_its_placement_flag_through_meta():
+    from slurm_plugin.model import PLACE_TRAINED
+    from trainer.imitate import MIN_PLACE_LABELS, PLACE_LABELS, place_head_learned
+    from trainer.policy import PolicyConfig, PolicyNet
+
+    assert place_head_learned({PLACE_LABELS: MIN_PLACE_LABELS})
+    assert not place_head_learned({PLACE_LABELS: MIN_PLACE_LABELS - 1})
+    assert not place_head_learned({})
+    spec, cfg = _short()
+    net = PolicyNet(PolicyConfig(hidden=8))
+    assert Trainer(spec, cfg, init=net).meta[PLACE_TRAINED] is False
+    assert Trainer(spec, cfg, init=net, meta={PLACE_TRAINED: True}).meta[PLACE_TRAINED] is True

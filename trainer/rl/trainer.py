@@ -216,10 +216,11 @@ class Trainer:
         self.init = init
         self.out = Path(out) if out is not None else None
         self.meta = dict(meta or {})
-        # the placement head is trained if this run places jobs, or the checkpoint it
-        # starts from says so (place_head_trained)
-        started = (isinstance(init, (str, os.PathLike))
-                   and place_head_trained(load_checkpoint(init).extra))
+        # the placement head is trained if this run places jobs, or the head it starts
+        # from was (the init checkpoint says so, or ``meta`` for an init net)
+        started = (place_head_trained(load_checkpoint(init).extra)
+                   if isinstance(init, (str, os.PathLike))
+                   else bool(self.meta.get(PLACE_TRAINED, False)))
         self.meta[PLACE_TRAINED] = bool(self.cfg.place or started)
         self.options = options
 
