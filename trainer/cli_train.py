@@ -418,7 +418,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     from slurm_plugin.features import Normalisation
     from slurm_plugin.output import table
 
-    from .policy import load_checkpoint
+    from .policy import PLACE_TRAINED, load_checkpoint
     from .rl import ALGORITHMS, FlatValidationWarning, TrainConfig, Trainer, make_spec
     from .rl.config import parse_overrides
     from .rl.report import HEADERS, summarize
@@ -459,7 +459,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     summ = summarize(spec, res.best_net, options=data.options, priority=data.priority,
-                     seed=cmd.seed)
+                     seed=cmd.seed, place=trainer.meta[PLACE_TRAINED])
     _write_json({**summ.to_dict(), "best": res.best, "updates": res.updates,
                  "steps": res.steps, "wall_s": res.wall_s}, out / "summary.json")
     click.echo(f"{cfg.algo}: {res.updates} updates, {res.steps} env steps in "

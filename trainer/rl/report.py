@@ -146,7 +146,8 @@ class Summary:
 
 def summarize(spec: EnvSpec, net: PolicyNet, *, options: SchedulerOptions | None = None,
               priority: PrioritySettings | None = None, seed: int = 0,
-              baselines: list[str] | None = None, threads: int | None = 1) -> Summary:
+              baselines: list[str] | None = None, threads: int | None = 1,
+              place: bool = True) -> Summary:
     """Compare ``net`` with the baselines on the validation window (module docstring).
 
     Args:
@@ -159,19 +160,24 @@ def summarize(spec: EnvSpec, net: PolicyNet, *, options: SchedulerOptions | None
         threads: torch threads while the policy scores (``None``: leave as is). One is
             fastest for one small observation at a time, and far faster than two on
             a busy machine.
+        place: The net's placement head places the jobs (else the scheduler's
+            placement: a head not trained to place, see
+            :func:`trainer.policy.place_head_trained`).
     """
     old = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _summarize(spec, net, options, priority, seed, baselines)
+        return _summarize(spec, net, options, priority, seed, baselines, place)
     finally:
         torch.set_num_threads(old)
 
 
 def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
-               priority: PrioritySettings | None, seed: int, baselines: list[str] | None
-               ) -> Summary:
+               priority: PrioritySettings | None, seed: int, baselines: list[str] | None,
+               place: bool = True) -> Summary:
+    from ..evaluate import FixedPlacement
+
     opts = options or SchedulerOptions()
     lo = spec.train_rows
     size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
@@ -188,7 +194,8 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
         hist = history_before(spec.jobs, spec.cluster, lo, spec.norm,
                               spec.eval.history_jobs)
         tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement)
-        sim = Simulator(jobs, spec.cluster, tp, replace(opts, backfill=bf), eng)
+        pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
+        sim = Simulator(jobs, spec.cluster, pol, replace(opts, backfill=bf), eng)
         tp.follow(sim)
         r = sim.run()
         r.policy = label
