@@ -418,7 +418,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     from slurm_plugin.features import Normalisation
     from slurm_plugin.output import table
 
-    from .policy import PLACE_TRAINED, load_checkpoint
+    from .policy import PLACE_TRAINED, load_checkpoint, place_head_trained
     from .rl import ALGORITHMS, FlatValidationWarning, TrainConfig, Trainer, make_spec
     from .rl.config import parse_overrides
     from .rl.report import HEADERS, summarize
@@ -433,11 +433,15 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(str(exc)) from None
     norm = Normalisation()
+    meta: dict[str, Any] = {"source": data.source}
     if isinstance(init, str):
         try:
-            norm = load_checkpoint(init).norm
+            ck = load_checkpoint(init)
         except (OSError, ValueError) as exc:
             raise click.ClickException(f"{init}: {exc}") from None
+        norm = ck.norm
+        # (also on --resume, where the trainer is not given the init)
+        meta[PLACE_TRAINED] = place_head_trained(ck.extra)
     try:
         spec = make_spec(data.jobs, data.cluster, cfg, norm)
     except ValueError as exc:
@@ -450,7 +454,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                                  "test_jobs": data.jobs.n - spec.jobs.n}})
     _write_json(resolved, out / "config.json")
     trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
-                      meta={"source": data.source}, options=data.options)
+                      meta=meta, options=data.options)
     try:
         with _echo_warnings(FlatValidationWarning):
             res = trainer.run(resume=cmd.resume)

@@ -569,6 +569,12 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert "reusing" in res.output
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    from slurm_plugin.model import PLACE_TRAINED
+    from trainer.policy import load_checkpoint
+
+    flags = {n: load_checkpoint(out / n).extra[PLACE_TRAINED]
+             for n in ("imitation.pt", "last.pt")}
+    assert flags["last.pt"] == flags["imitation.pt"]  # kept through the resume
     res = _invoke("train", "rl", *common, "--budget", "2u", "--resume", "--algo", "dqn")
     assert res.exit_code != 0 and "other settings" in res.output
 
@@ -608,3 +614,11 @@ def test_an_init_net_passes_its_placement_flag_through_meta():
     net = PolicyNet(PolicyConfig(hidden=8))
     assert Trainer(spec, cfg, init=net).meta[PLACE_TRAINED] is False
     assert Trainer(spec, cfg, init=net, meta={PLACE_TRAINED: True}).meta[PLACE_TRAINED] is True
+
+
+def test_a_resumed_run_keeps_the_placement_flag_of_its_init(tmp_path):
+    from slurm_plugin.model import PLACE_TRAINED
+
+    spec, cfg = _short()
+    resumed = Trainer(spec, cfg, init=None, meta={PLACE_TRAINED: True})  # (as cli_train)
+    assert resumed.meta[PLACE_TRAINED] is True

@@ -217,10 +217,12 @@ class Trainer:
         self.out = Path(out) if out is not None else None
         self.meta = dict(meta or {})
         # the placement head is trained if this run places jobs, or the head it starts
-        # from was (the init checkpoint says so, or ``meta`` for an init net)
-        started = (place_head_trained(load_checkpoint(init).extra)
-                   if isinstance(init, (str, os.PathLike))
-                   else bool(self.meta.get(PLACE_TRAINED, False)))
+        # from was: as ``meta`` says (an init net, a resume), else as the init file says
+        if PLACE_TRAINED in self.meta:
+            started = bool(self.meta[PLACE_TRAINED])
+        else:
+            started = (isinstance(init, (str, os.PathLike))
+                       and place_head_trained(load_checkpoint(init).extra))
         self.meta[PLACE_TRAINED] = bool(self.cfg.place or started)
         self.options = options
 
