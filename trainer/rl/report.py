@@ -28,7 +28,7 @@ from slurm_plugin.features import Normalisation, UserHistory
 
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics, observe
-from ..sim.engine import EngineOptions, Simulator
+from ..sim.engine import EngineOptions, SimResult, Simulator
 from ..sim.policies import BASELINES, Policy
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
@@ -62,33 +62,46 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`);
     ``place``: the net's placement head places the jobs, else the scheduler's placement
     (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
-    Keys are
-    the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either can pick the
-    best checkpoint.
+    Keys are the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either
+    can pick the best checkpoint.
     """
-    from ..evaluate import FixedPlacement, StarvationGuard, restrict
+    from ..evaluate import restrict
 
     opts = options or SchedulerOptions()
     lo = spec.train_rows
     size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
     warm = min(lo, spec.eval.warmup_jobs)
     jobs = window(spec.jobs, lo - warm, min(spec.jobs.n, lo + size), shift=False)
-    hist = history_before(spec.jobs, spec.cluster, lo - warm, spec.norm,
-                          spec.eval.history_jobs)
-    tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
-                     rank_all=rank_all)
-    pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
-    if starvation_limit > 0:
-        pol = StarvationGuard(pol, starvation_limit)
-    sim = Simulator(jobs, spec.cluster, pol, replace(opts, backfill=backfill),
-                    EngineOptions(seed=seed, speed_model=spec.eval.speed_model))
-    tp.follow(sim)
-    m = metrics.compute(restrict(sim.run(), warm))
+    r = _replay_deployed(spec, net, jobs, lo - warm, replace(opts, backfill=backfill),
+                         EngineOptions(seed=seed, speed_model=spec.eval.speed_model),
+                         rank_all=rank_all, place=place, starvation_limit=starvation_limit)
+    m = metrics.compute(restrict(r, warm))
     return {"jobs": float(m["jobs"]), "bsld_mean": float(m["bsld"]["mean"]),
             "wait_mean": float(m["wait_s"]["mean"]), "jct_mean": float(m["jct_s"]["mean"]),
             "effectiveness_mean": float(m["execution_effectiveness"]),
             "jain_bsld": float(m["fairness"]["jain_bsld"]),
             "wait_p99": float(m["wait_s"]["p99"])}
+
+
+def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
+                     opts: SchedulerOptions, eng: EngineOptions, *, rank_all: bool = True,
+                     place: bool = True, starvation_limit: float = 0.0) -> SimResult:
+    """Replay ``jobs`` (rows ``lo..`` of the spec's table) with the net ordering the queue.
+
+    The user history starts from the jobs before row ``lo`` and grows with the replay's
+    completions; the wrappers are those of :func:`deployed_metrics`.
+    """
+    from ..evaluate import FixedPlacement, StarvationGuard
+
+    hist = history_before(spec.jobs, spec.cluster, lo, spec.norm, spec.eval.history_jobs)
+    tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
+                     rank_all=rank_all)
+    pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
+    if starvation_limit > 0:
+        pol = StarvationGuard(pol, starvation_limit)
+    sim = Simulator(jobs, spec.cluster, pol, opts, eng)
+    tp.follow(sim)
+    return sim.run()
 
 
 @dataclass
@@ -176,8 +189,6 @@ def summarize(spec: EnvSpec, net: PolicyNet, *, options: SchedulerOptions | None
 def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
                priority: PrioritySettings | None, seed: int, baselines: list[str] | None,
                place: bool = True) -> Summary:
-    from ..evaluate import FixedPlacement
-
     opts = options or SchedulerOptions()
     lo = spec.train_rows
     size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
@@ -191,13 +202,8 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
         out[name] = metrics.compute(r)
     for label, bf in (("policy (engine, +backfill)", True), ("policy (engine, no backfill)",
                                                             False)):
-        hist = history_before(spec.jobs, spec.cluster, lo, spec.norm,
-                              spec.eval.history_jobs)
-        tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement)
-        pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
-        sim = Simulator(jobs, spec.cluster, pol, replace(opts, backfill=bf), eng)
-        tp.follow(sim)
-        r = sim.run()
+        r = _replay_deployed(spec, net, jobs, lo, replace(opts, backfill=bf), eng,
+                             place=place)
         r.policy = label
         out[label] = metrics.compute(r)
     env_traj = run_group(net, spec, [Task(lo, 0, "greedy", eval=True, keep_steps=False)])[0]
