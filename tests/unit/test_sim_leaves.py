@@ -115,6 +115,40 @@ def test_fast_path_same_schedule_deep_queue(policy: str, settings: str, window: 
     replay_pair(jobs, cl, policy, opts, settings)
 
 
+@pytest.mark.parametrize(("seed", "window", "switches"), [
+    (11, 60, False), (12, 150, False), (13, 500, False), (14, 90, True)])
+def test_deep_walk_searches_what_the_last_pass_left(seed: int, window: int,
+                                                   switches: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deep walk's searches that skip what the previous pass found unable to start
+    (``_deep_known``) give the schedule of the node arrays, and are taken: with what is
+    free grown past the last pass, with jobs entering the window, with a placement rule
+    holding a job that fits by count back (``--switches``, which leaves nothing known)."""
+    jobs, cl = whole_table(80, True, num_jobs=2500, seed=seed)
+    if switches:
+        jobs = dataclasses.replace(jobs, switches=jobs.switches.copy(),
+                                   switches_wait=jobs.switches_wait.copy())
+        ask = np.random.default_rng(seed).random(jobs.n) < 0.2
+        jobs.switches[ask] = 1
+        jobs.switches_wait[ask] = 300
+    seen = {"known": 0, "grown": 0, "newer": 0}
+    find = Simulator._deep_find
+
+    def spy(self: Simulator, cur: int, last: int, free: int, extra: int, thr: int,
+            known: tuple[int, int, int, int] | None, newer: list[int]) -> int:
+        if known is not None and cur < known[0]:
+            seen["known"] += 1
+            seen["grown"] += free > known[1]
+            seen["newer"] += bool(newer)
+        return find(self, cur, last, free, extra, thr, known, newer)
+
+    monkeypatch.setattr(Simulator, "_deep_find", spy)
+    opts = SchedulerOptions(bf_interval=0, bf_max_job_test=window)
+    replay_pair(jobs, cl, "fifo", opts)
+    assert min(seen.values()) > 20, seen
+    replay_pair(jobs, cl, "multifactor", opts, "slurm")
+
+
 def test_fast_path_same_schedule_gpu_nodes() -> None:
     """Whole GPU nodes (the fragmentation index counts GPUs)."""
     jobs, cl = whole_table(16, False, kind="gpu")

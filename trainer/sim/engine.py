@@ -304,6 +304,8 @@ class Simulator:
         # the node counts that have some (see _backfill_deep)
         self._bucket: dict[int, list[int]] = {}
         self._bvals: list[int] = []
+        #: what the last deep backfill pass left known (see _backfill_deep)
+        self._deep_known: tuple[int, int, int, int] | None = None
         n = jobs.n
         n_parts = cluster.part_mask.shape[0]
         self.start = np.full(n, -1, dtype=np.int64)
@@ -1174,6 +1176,15 @@ class Simulator:
         reservation's shadow time, no larger than the reservation's extra nodes. What is
         free only shrinks during a pass, so a job passed over stays unable to start and
         the jobs are tested in the order the walk of :meth:`_backfill_full` tests them.
+
+        The head's reservation is computed once some job of at most the free node count
+        follows it in the window (as the vectorised pass computes it lazily). Each pass
+        ends knowing that no pending job up to the window's last one could start with
+        what it ended with (:attr:`_deep_known`: the free count, the extra nodes and the
+        time limit that fit before the shadow time); the searches of later passes skip
+        those jobs unless what is free, or the extra nodes, grew past what they needed
+        (:meth:`_deep_find`), and the jobs that entered the window since are read from
+        the queue. Jobs arrive in index order, so no job enters that range later.
         """
         st = self.st
         lo = self._qlo
@@ -1190,53 +1201,121 @@ class Simulator:
                 pos += 1
                 continue
             break
+        known = self._deep_known
+        self._deep_known = None
         if pos == m:
             self.resv_valid = True
             return
         self._lazy_heads.append(j)
         last = int(qj[lo + m - 1])  # the window's last job
         cur = j
-        limit = self._limit
-        res = self.opt.bf_resolution
+        self.resv_valid = True
+        if cur >= last:
+            return
+        # a job of at most free0 nodes behind the head: else no reservation is computed
         bucket, bvals = self._bucket, self._bvals
-        while cur < last:
-            free = free0 if self._lazy_heads else idle[p]
-            r0 = self.resv[0] if self.resv else None
-            extra = r0.extra if r0 is not None else _INF
-            thr = r0.shadow // res * res - t if r0 is not None else _INF
-            best = last + 1  # (nothing past the window)
-            for v in bvals:
-                if v > free:
-                    break
-                b = bucket[v]
+        for v in bvals:
+            if v > free0:
+                self._deep_known = (last, free0, _INF, _INF)
+                return
+            b = bucket[v]
+            if b[-1] > cur:
                 k = 0 if b[0] > cur else bisect.bisect_right(b, cur)
-                nb = len(b)
-                if v <= extra:  # any job of this count may start: the first one
-                    if k < nb and b[k] < best:
-                        best = b[k]
-                    continue
-                while k < nb:  # it must end by the shadow time
-                    jj = b[k]
-                    if jj >= best:
-                        break
-                    if limit[jj] <= thr:
-                        best = jj
-                        break
-                    k += 1
+                if b[k] <= last:
+                    break
+        else:
+            self._deep_known = (last, free0, _INF, _INF)
+            return
+        self._materialize(t)
+        r0 = self.resv[0] if self.resv else None
+        thr = r0.shadow // self.opt.bf_resolution * self.opt.bf_resolution - t \
+            if r0 is not None else _INF
+        if known is not None and (known[0] <= cur or thr > known[3]):
+            known = None  # nothing it knows lies behind the head, or the limit fits more
+        newer: list[int] = []  # the window's jobs past what is known, in index order
+        if known is not None and last > known[0]:
+            k = lo + int(np.searchsorted(qj[lo:lo + m], known[0], side="right"))
+            newer = qj[k:lo + m].tolist()
+        ok = True
+        free = extra = 0
+        while cur < last:
+            free = idle[p]
+            extra = r0.extra if r0 is not None else _INF
+            best = self._deep_find(cur, last, free, extra, thr, known, newer)
             if best > last:
                 break
-            if self._lazy_heads:  # someone may start: the reservation is needed now
-                self._materialize(t)
-                v = nodes[best]  # the earliest job that could start, if it still can
-                if v > idle[p]:
-                    continue  # it cannot: search again
-                if self.resv:
-                    r0 = self.resv[0]
-                    if not (v <= r0.extra or limit[best] <= r0.shadow // res * res - t):
-                        continue
-            self._test(best, t)
+            if not self._test(best, t):
+                ok = False  # (it fitted by count: a placement rule held it back)
             cur = best
-        self.resv_valid = True
+        else:
+            free = idle[p]
+            extra = r0.extra if r0 is not None else _INF
+        if ok:
+            self._deep_known = (last, free, extra, thr)
+
+    def _deep_find(self, cur: int, last: int, free: int, extra: int, thr: int,
+                   known: tuple[int, int, int, int] | None, newer: list[int]) -> int:
+        """The lowest pending job past ``cur`` (up to ``last``) that may start by count.
+
+        That is a job of at most ``free`` nodes that either takes at most ``extra`` nodes
+        or has a time limit of at most ``thr`` (ends before the shadow time); ``last + 1``
+        if none. ``known`` = ``(upto, free_k, extra_k, thr_k)`` says that no pending job
+        up to ``upto`` met that test with those values; with ``thr <= thr_k`` such a job
+        can only meet it now with more than ``free_k`` nodes, or with more than ``extra_k``
+        nodes and at most ``extra``, so only those node counts are searched below
+        ``upto``, and ``newer`` (the window's jobs past ``upto``) is read whole.
+        """
+        bucket, bvals = self._bucket, self._bvals
+        limit = self._limit
+        best = last + 1  # (nothing past the window)
+        if known is None or cur >= known[0]:  # nothing known past cur: every count
+            lo_v = 0
+        else:
+            _, free_k, extra_k, _ = known
+            nodes = self._nodes
+            for jj in newer:
+                if jj > cur:
+                    n = nodes[jj]
+                    if n <= free and (n <= extra or limit[jj] <= thr):
+                        best = jj
+                        break
+            # more than extra_k nodes, at most extra (and what is free): the first one
+            top = min(extra, free, free_k)
+            if top > extra_k:
+                for v in bvals[bisect.bisect_right(bvals, extra_k):]:
+                    if v > top:
+                        break
+                    b = bucket[v]
+                    if b[-1] > cur:
+                        k = 0 if b[0] > cur else bisect.bisect_right(b, cur)
+                        if b[k] < best:
+                            best = b[k]
+            if free <= free_k:
+                return best
+            lo_v = free_k  # and more than free_k nodes, as below
+        for v in bvals[bisect.bisect_right(bvals, lo_v):] if lo_v else bvals:
+            if v > free:
+                break
+            b = bucket[v]
+            if b[0] >= best or b[-1] <= cur:
+                continue
+            k = 0 if b[0] > cur else bisect.bisect_right(b, cur)
+            jj = b[k]
+            if jj >= best:
+                continue
+            if v <= extra:  # any job of this count may start: the first one
+                best = jj
+                continue
+            nb = len(b)
+            while k < nb:  # it must end by the shadow time
+                jj = b[k]
+                if jj >= best:
+                    break
+                if limit[jj] <= thr:
+                    best = jj
+                    break
+                k += 1
+        return best
 
     def _materialize(self, t: int) -> None:
         """Compute the reservations of the blocked heads noted by the last full pass."""
