@@ -103,12 +103,15 @@ class ImitateCommand(InputOptions):
         hidden: Width of the network (``None``: ImitationConfig's).
         max_decisions: Decisions reconstructed at most (``None``: ImitationConfig's).
         imitate_from: ``auto``, ``history`` or a baseline name (module docstring).
+        speed_model: How run times depend on placement in the replay of a baseline
+            (:data:`trainer.sim.speed.SPEED_MODELS`).
     """
 
     epochs: int | None = None
     hidden: int | None = None
     max_decisions: int | None = None
     imitate_from: str = "auto"
+    speed_model: str = "none"
 
 
 @dataclass(frozen=True)
@@ -394,8 +397,12 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
                    " own)" if cmd.imitate_from == "auto" else
                    f"imitating a replay of {what}", err=True)
         policy, opts = BASELINES[source].build(data.priority, data.options)
+        # the teacher runs in the simulator RL will train in: same speed model
+        speed = (cmd.speed_model if isinstance(cmd, ImitateCommand)
+                 else dict(cmd.train).get("speed_model") or "none")
         r = Simulator(data.jobs, data.cluster, policy, opts,
-                      EngineOptions(seed=cmd.seed, keep_placements=True)).run()
+                      EngineOptions(seed=cmd.seed, keep_placements=True,
+                                    speed_model=speed)).run()
         records = records_from_sim(records, r)
     try:
         net, report = train_imitation(records, data.cluster, icfg)
@@ -494,6 +501,9 @@ def train() -> None:
 @_input_options
 @_imitation_options
 @click.option("--hidden", type=click.IntRange(min=1), help="Width of the network (default 64).")
+@click.option("--speed-model", type=click.Choice(["none", "locality", "bandwidth"]),
+              help="How run times depend on placement in the replay of a baseline that"
+                   " --imitate-from names (default none; give the one RL will use).")
 def imitate_cmd(**kwargs: Any) -> None:
     """Imitate the site's own scheduling decisions (DL²'s warm start).
 

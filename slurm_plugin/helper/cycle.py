@@ -51,6 +51,7 @@ from ..model import (
 )
 from ..scorer import OnnxScorer
 from ..slurm.client import SlurmClient
+from ..slurm.errors import SlurmError
 from ..slurm.types import PENDING, RUNNING, SlurmJob, SwitchTree
 from . import decide
 from .actuate import Actuator, AuditSink, Change
@@ -151,6 +152,7 @@ class CycleReport:
         model_sha: The model used, if any.
         ok: The cycle completed.
         error: One line saying why it did not.
+        hint: What to check next, when the error says (e.g. slurmctld not answering).
         pending: Pending jobs seen; ``scored``: of them, scored.
         running: Running jobs seen; ``nodes``: nodes seen.
         changes: Changes decided (applied in enforce mode, would-be in shadow mode).
@@ -165,6 +167,7 @@ class CycleReport:
     model_sha: str | None = None
     ok: bool = False
     error: str | None = None
+    hint: str | None = None
     pending: int = 0
     scored: int = 0
     running: int = 0
@@ -582,6 +585,7 @@ class Helper:
             except Exception as exc:  # noqa: BLE001 - fail open: Slurm stays in charge
                 rep = CycleReport(at=int(self.clock()), mode=self.cfg.mode)
                 rep.error = _one_line(exc)
+                rep.hint = what_next(exc)
             rep.timings.setdefault("total", time.perf_counter() - start)
             self._finish(rep)
         return rep
@@ -609,9 +613,11 @@ class Helper:
             st.consecutive_errors += 1
             st.last_error, st.last_error_at = rep.error, now
             self.metrics.inc("cycle_errors_total")
+            extra = {"hint": rep.hint} if rep.hint else {}
             self.log.error("cycle_failed", error=rep.error, mode=self.cfg.mode,
                            consecutive=st.consecutive_errors,
-                           effect="no further changes this cycle; Slurm schedules on its own")
+                           effect="no further changes this cycle; Slurm schedules on its own",
+                           **extra)
         try:
             st.save(self.cfg.state_file)
         except OSError as exc:
@@ -641,6 +647,42 @@ def _pid() -> int:
     import os
 
     return os.getpid()
+
+
+#: What a Slurm error's text says, and what to check then (first match wins)
+_SLURM_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("unable to contact slurm controller", "connect failure", "connection refused",
+      "zero bytes were transmitted", "socket timed out"),
+     "slurmctld does not answer: is it up? (`scontrol ping`); the helper retries on its"
+     " own and Slurm's queued jobs are untouched"),
+    (("timed out after",),
+     "Slurm answered too slowly: check slurmctld's load (`sdiag`), or raise"
+     " slurm_timeout in helper.toml if it is only busy"),
+    (("could not run",),
+     "Slurm's commands could not be run: install Slurm's client commands on this host"
+     " or put them on the helper's PATH"),
+    (("permission denied", "access/permission denied", "access denied"),
+     "Slurm refused the request: run the helper as SlurmUser or as a Slurm operator"
+     " (`sacctmgr add user rlsched account=root adminlevel=Operator`)"),
+)
+
+
+def what_next(exc: BaseException) -> str | None:
+    """A hint for a failed cycle's log line, from a :class:`SlurmError`'s text.
+
+    ``None`` for other errors and Slurm errors without a known cause. An output that
+    could not be parsed points at ``rlsched slurm check`` and the supported versions.
+    """
+    if not isinstance(exc, SlurmError):
+        return None
+    text = f"{exc.reason}\n{exc.stderr}".lower()
+    for needles, hint in _SLURM_HINTS:
+        if any(n in text for n in needles):
+            return hint
+    if exc.field is not None:
+        return ("Slurm printed something rlsched could not read: run `rlsched slurm check`"
+                " (Slurm 22.05 to 25.11 are supported)")
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -232,9 +232,30 @@ def test_slurm_timeouts_fail_open_with_backoff(tmp_path):
     line = [x for x in stream.getvalue().splitlines() if "cycle_failed" in x][-1]
     rec = json.loads(line)
     assert rec["level"] == "error" and "timed out" in rec["error"]
+    assert "slurm_timeout" in rec["hint"]  # what to check next
     client.fail_reads = None
     assert h.run_once().ok
     assert h.next_delay() == 10.0 and h.state.consecutive_errors == 0 and h.state.errors == 4
+
+
+def test_failed_cycles_say_what_to_check():
+    """A failed cycle's line carries a hint when Slurm's error says what went wrong."""
+    from slurm_plugin.helper.cycle import what_next
+    from slurm_plugin.slurm.errors import SlurmError
+
+    down = SlurmError("squeue --all --json", "exit code 1", stderr="slurm_load_jobs error:"
+                      " Unable to contact slurm controller (connect failure)")
+    assert "scontrol ping" in (what_next(down) or "")
+    assert "slurm_timeout" in (what_next(SlurmError("sinfo", "timed out after 10 s")) or "")
+    missing = SlurmError("squeue", "could not run: No such file or directory")
+    assert "PATH" in (what_next(missing) or "")
+    denied = SlurmError("scontrol update", "exit code 1",
+                        stderr="slurm_update error: Access/permission denied")
+    assert "Operator" in (what_next(denied) or "")
+    garbled = SlurmError("squeue --json", "bad value", field="jobs[3].job_id")
+    assert "rlsched slurm check" in (what_next(garbled) or "")
+    assert what_next(SlurmError("squeue", "exit code 2")) is None  # nothing known: no guess
+    assert what_next(ValueError("x")) is None
 
 
 def test_bad_model_means_idle_and_no_change(tmp_path):

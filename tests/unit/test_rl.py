@@ -545,6 +545,30 @@ def test_imitate_a_replay_of_another_baseline(tmp_path):
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+@pytest.mark.parametrize("command", ["imitate", "all"])
+def test_the_teacher_replays_with_the_speed_model_rl_uses(tmp_path, monkeypatch, command):
+    """--imitate-from BASELINE replays the baseline under --speed-model, as RL trains."""
+    from trainer.sim import engine
+
+    seen = []
+    real = engine.Simulator.__init__
+
+    def spy(self, jobs, cluster, policy, options=None, eng=None):
+        seen.append((policy.name, eng.speed_model if eng is not None else "none"))
+        real(self, jobs, cluster, policy, options, eng)
+
+    monkeypatch.setattr(engine.Simulator, "__init__", spy)
+    extra = ("--budget", "1u", "--algo-opt", "episodes=1", "--episode-jobs", "30",
+             "--val-jobs", "20", "--max-jobs", "8") if command == "all" else ()
+    res = _invoke("train", command, "--trace", str(LUBLIN), "--limit", "200", "--out",
+                  str(tmp_path / command), "--hidden", "8", "--epochs", "1",
+                  "--max-decisions", "80", "--imitate-from", "lrf",
+                  "--speed-model", "locality", *extra)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert seen[0] == ("lrf", "locality")  # the teacher's replay comes first
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
 def test_train_all_then_resume_on_a_trace(tmp_path):
     out = tmp_path / "run"
     common = ("--trace", str(LUBLIN), "--limit", "400", "--out", str(out), "--hidden", "8",

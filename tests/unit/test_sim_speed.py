@@ -173,6 +173,25 @@ def test_locality_column_from_mapping_name_or_hash():
         build_jobs(recs, cl, locality={1: 1.5})
 
 
+def test_records_without_users_count_as_their_accounts():
+    """A trace naming no users (Philly: its virtual clusters are the accounts): history,
+    fair-share and locality follow the accounts, not one nameless user for every job."""
+    import dataclasses
+
+    cl = cluster8()
+    recs = [dataclasses.replace(rec(k, 10, 1, gpus=1, name="", user=""),
+                                account=f"vc{k % 20}") for k in range(1, 201)]
+    jobs = build_jobs(recs, cl)
+    assert len(jobs.users) == 20 and set(jobs.users) == {f"vc{i}" for i in range(20)}
+    by_vc: dict[str, set[float]] = {}
+    for u, s in zip(jobs.user.tolist(), jobs.locality.tolist(), strict=True):
+        by_vc.setdefault(jobs.users[u], set()).add(s)
+    assert all(len(v) == 1 for v in by_vc.values())  # one value per account
+    assert len({next(iter(v)) for v in by_vc.values()}) > 2  # and not one for all
+    named = build_jobs([dataclasses.replace(recs[0], user="alice")], cl)
+    assert named.users == ("alice",)  # a user, when there is one, comes first
+
+
 # ---------------------------------------------------------------------------- bandwidth
 def test_two_jobs_sharing_an_uplink_run_slower_than_one():
     # whole-node 2-node jobs: n_min 2, packed in one leaf they run as recorded

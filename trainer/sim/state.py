@@ -45,6 +45,10 @@ How a record becomes a request (documented once, here):
   (GPU models for a job with GPUs, the multi-node HPC models otherwise) by a stable hash
   of ``(user, job name)``: the same application of the same user always gets the same
   sensitivity, in any replay.
+- **User**: the record's user; a record without one (a trace that names none, such as
+  Philly, whose virtual cluster is its ``account``) counts as its account, so that
+  per-user history, fair-share and locality follow the trace's groups instead of
+  lumping every job under one nameless user.
 
 Times are integer epoch seconds; jobs arrive at their ``eligible_time`` (the submit time
 when there is none).
@@ -371,15 +375,17 @@ def record_locality(record: JobRecord) -> float:
     The sensitivity of the synthetic workload's model named like the job
     (case-insensitive, e.g. ``"vgg16"`` -> 0.83), else the sensitivity of a model drawn
     from the default mix (GPU models when the job asks for GPUs, multi-node HPC models
-    otherwise) by the BLAKE2b hash of ``user`` and ``name``: deterministic across runs
-    and machines (unlike Python's ``hash``).
+    otherwise) by the BLAKE2b hash of ``user`` (``account`` when the record has no user,
+    as a Philly job's virtual cluster) and ``name``: deterministic across runs and
+    machines (unlike Python's ``hash``).
     """
     g = record.req.gpus if record.req.gpus is not None else record.alloc.gpus
     by_name, cum, values = _model_mix(bool(g))
     s = by_name.get(record.name.strip().lower())
     if s is not None:
         return s
-    digest = hashlib.blake2b(f"{record.user}\0{record.name}".encode(), digest_size=8).digest()
+    who = record.user or record.account
+    digest = hashlib.blake2b(f"{who}\0{record.name}".encode(), digest_size=8).digest()
     u = int.from_bytes(digest, "big") / 2.0**64
     return float(values[min(int(np.searchsorted(cum, u, side="right")), values.size - 1)])
 
@@ -442,14 +448,14 @@ def build_jobs(
         p = parts.get(r.partition)
         if p is None:
             p = parts[r.partition] = cluster.partition_index(r.partition)
-        u = users.setdefault(r.user, len(users))
+        u = users.setdefault(r.user or r.account, len(users))
         q = qoss.setdefault(r.qos, len(qoss))
         rows.append((r.job_id, r.submit_time, eligible, run, max(0, limit), int(known), n, c,
                      g, m, int(excl), p, u, q))
         sv = locality.get(r.job_id) if locality is not None else None
         if sv is None:
             rg = r.req.gpus if r.req.gpus is not None else r.alloc.gpus
-            key = (r.user, r.name, bool(rg))
+            key = (r.user or r.account, r.name, bool(rg))
             sv = loc_of.get(key)
             if sv is None:
                 sv = loc_of[key] = record_locality(r)
