@@ -651,8 +651,11 @@ def _pid() -> int:
 
 #: What a Slurm error's text says, and what to check then (first match wins)
 _SLURM_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    # (22.05's squeue/sinfo --json print an error document with no cause when slurmctld
+    # is down: "Failed while looking for jobs", "Unspecified error")
     (("unable to contact slurm controller", "connect failure", "connection refused",
-      "zero bytes were transmitted", "socket timed out"),
+      "zero bytes were transmitted", "socket timed out", "failed while looking for",
+      "unspecified error"),
      "slurmctld does not answer: is it up? (`scontrol ping`); the helper retries on its"
      " own and Slurm's queued jobs are untouched"),
     (("timed out after",),

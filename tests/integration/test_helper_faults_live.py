@@ -153,6 +153,7 @@ def test_slurmctld_down_fails_open_backs_off_and_recovers(slurm, submit: Submit,
     lines = events(log.getvalue())
     errors = [e for e in lines if e["event"] == "cycle_failed"]
     assert len(errors) == len(failed)  # one line per failed cycle, nothing else at error
+    assert all("scontrol ping" in e.get("hint", "") for e in errors), errors  # what next
     assert [e for e in lines if e["level"] == "error"] == errors
     retry = [e["retry_in"] for e in lines if e["event"] == "retry_scheduled"]
     assert retry[:3] == [1.0, 2.0, 2.0]  # doubling from interval, bounded by backoff_max

@@ -246,6 +246,9 @@ def test_failed_cycles_say_what_to_check():
     down = SlurmError("squeue --all --json", "exit code 1", stderr="slurm_load_jobs error:"
                       " Unable to contact slurm controller (connect failure)")
     assert "scontrol ping" in (what_next(down) or "")
+    doc = SlurmError("squeue --all --json", "Slurm reported an error: Failed while looking"
+                     " for jobs", field="errors[0]")  # (22.05's document when it is down)
+    assert "scontrol ping" in (what_next(doc) or "")
     assert "slurm_timeout" in (what_next(SlurmError("sinfo", "timed out after 10 s")) or "")
     missing = SlurmError("squeue", "could not run: No such file or directory")
     assert "PATH" in (what_next(missing) or "")
