@@ -64,7 +64,10 @@ Fast path (:attr:`Simulator.leafy`)
     on idle counts per leaf switch (:class:`~trainer.sim.leaves.LeafState`) instead of
     the node arrays, the main pass and short backfill windows are walked in plain
     Python, and a long window of one partition in arrival order is searched through
-    the pending jobs filed by node count (:meth:`Simulator._backfill_deep`). Every
+    the pending jobs filed by node count (:meth:`Simulator._backfill_deep`); each such
+    pass leaves what it found unable to start (its last free count, extra nodes and
+    the time limit that fits before the shadow time), so the next one searches only
+    the node counts that grew past that and the jobs that entered the window. Every
     walk tests the same jobs in the same order and computes reservations at the same
     moments as the vectorised pass, so the schedule, the series and the counters are
     the same (``tests/unit/test_sim_leaves.py`` replays both ways and compares).
