@@ -481,8 +481,12 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
                          f"p99 wait {pw:,.0f} s vs slurm {sw:,.0f} s: {rel:+.1%}"
                          f" (target <= +{config.p99_slack:.0%})"))
     pu, su = _util(p), _util(s)
+    digits = 3
+    while digits < 6 and f"{pu:.{digits}f}" == f"{su:.{digits}f}" and pu != su:
+        digits += 1  # (enough digits to show which is lower)
     checks.append(_check("utilisation", pu >= su, pu, su, SLURM,
-                         f"utilisation {pu:.3f} vs slurm {su:.3f} (target: not lower)"))
+                         f"utilisation {pu:.{digits}f} vs slurm {su:.{digits}f}"
+                         " (target: not lower)"))
     if locality:
         pj = float(p["jct_s"]["mean"])
         if best_j is None:

@@ -180,6 +180,15 @@ def test_targets_fail_by_hand(net, failing):
     assert {c["name"] for c in res["checks"] if c["ok"] is False} == failing
 
 
+def test_utilisation_check_shows_enough_digits_to_tell_which_is_lower():
+    ms = {"net": _m(6.0, util=0.84612), "slurm": _m(10.0, util=0.84637), "sjf": _m(8.0)}
+    c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["utilisation"]
+    assert c["ok"] is False and "0.8461 vs slurm 0.8464" in c["detail"]
+    ms["net"] = _m(6.0, util=0.70)
+    c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["utilisation"]
+    assert "0.700 vs slurm 0.846" in c["detail"]  # (three digits when they differ there)
+
+
 def test_locality_targets_by_hand():
     base = {"slurm": _m(10.0, jct=4000.0, leaf=0.5), "fifo": _m(9.0, jct=3500.0, leaf=0.4),
             "sjf": _m(8.0, jct=3000.0, leaf=0.6)}
