@@ -177,6 +177,9 @@ def parse_budget(text: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- options
+#: ``--speed-model`` (the names of :data:`trainer.sim.speed.SPEED_MODELS`, not imported here)
+_SPEED_MODEL = click.Choice(["none", "locality", "bandwidth"])
+
 _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     # (option, TrainConfig field, click type, help)
     ("--hidden", "hidden", click.IntRange(min=1),
@@ -191,7 +194,7 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Reward (default bsld: minus the bounded slowdowns)."),
     ("--fairness", "fairness", click.FloatRange(min=0),
      "Weight of the end-of-episode fairness term (default 0)."),
-    ("--speed-model", "speed_model", click.Choice(["none", "locality", "bandwidth"]),
+    ("--speed-model", "speed_model", _SPEED_MODEL,
      "How run times depend on placement (default none)."),
     ("--eval-every", "eval_every", click.IntRange(min=1),
      "Updates between validations (default 5)."),
@@ -373,7 +376,7 @@ def _imitation_source(data: _Data, choice: str) -> str:
     return "history" if waited else "slurm"
 
 
-def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
+def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_model: str
              ) -> tuple[Any, dict[str, Any]]:
     from .imitate import (
         ImitationConfig,
@@ -398,11 +401,9 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path
                    f"imitating a replay of {what}", err=True)
         policy, opts = BASELINES[source].build(data.priority, data.options)
         # the teacher runs in the simulator RL will train in: same speed model
-        speed = (cmd.speed_model if isinstance(cmd, ImitateCommand)
-                 else dict(cmd.train).get("speed_model") or "none")
         r = Simulator(data.jobs, data.cluster, policy, opts,
                       EngineOptions(seed=cmd.seed, keep_placements=True,
-                                    speed_model=speed)).run()
+                                    speed_model=speed_model)).run()
         records = records_from_sim(records, r)
     try:
         net, report = train_imitation(records, data.cluster, icfg)
@@ -501,7 +502,7 @@ def train() -> None:
 @_input_options
 @_imitation_options
 @click.option("--hidden", type=click.IntRange(min=1), help="Width of the network (default 64).")
-@click.option("--speed-model", type=click.Choice(["none", "locality", "bandwidth"]),
+@click.option("--speed-model", type=_SPEED_MODEL,
               help="How run times depend on placement in the replay of a baseline that"
                    " --imitate-from names (default none; give the one RL will use).")
 def imitate_cmd(**kwargs: Any) -> None:
@@ -514,7 +515,7 @@ def imitate_cmd(**kwargs: Any) -> None:
     data = _load(cmd)
     out = Path(cmd.out)
     out.mkdir(parents=True, exist_ok=True)
-    _, extra = _imitate(data, cmd, out)
+    _, extra = _imitate(data, cmd, out, cmd.speed_model)
     _write_json({**_resolved(cmd, data), **extra}, out / "config.json")
     click.echo(f"wrote {out / 'imitation.pt'}, {out / 'imitation.json'}", err=True)
 
@@ -557,6 +558,6 @@ def all_cmd(**kwargs: Any) -> None:
     if cmd.resume and ck.is_file():
         click.echo(f"reusing {ck}", err=True)
     else:
-        _, extra = _imitate(data, cmd, out)
+        _, extra = _imitate(data, cmd, out, dict(cmd.train).get("speed_model") or "none")
         resolved.update(extra)
     _rl(data, dataclasses.replace(cmd, init=str(ck)), out, str(ck), resolved)

@@ -369,6 +369,11 @@ def _model_mix(gpu: bool) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     return by_name, cum / cum[-1], np.array(values, dtype=np.float64)
 
 
+def record_user(record: JobRecord) -> str:
+    """Whom a record's job counts for: its user, else its account (module docstring)."""
+    return record.user or record.account
+
+
 def record_locality(record: JobRecord) -> float:
     """The locality sensitivity of a record that carries none (module docstring).
 
@@ -384,7 +389,7 @@ def record_locality(record: JobRecord) -> float:
     s = by_name.get(record.name.strip().lower())
     if s is not None:
         return s
-    who = record.user or record.account
+    who = record_user(record)
     digest = hashlib.blake2b(f"{who}\0{record.name}".encode(), digest_size=8).digest()
     u = int.from_bytes(digest, "big") / 2.0**64
     return float(values[min(int(np.searchsorted(cum, u, side="right")), values.size - 1)])
@@ -448,14 +453,15 @@ def build_jobs(
         p = parts.get(r.partition)
         if p is None:
             p = parts[r.partition] = cluster.partition_index(r.partition)
-        u = users.setdefault(r.user or r.account, len(users))
+        who = record_user(r)
+        u = users.setdefault(who, len(users))
         q = qoss.setdefault(r.qos, len(qoss))
         rows.append((r.job_id, r.submit_time, eligible, run, max(0, limit), int(known), n, c,
                      g, m, int(excl), p, u, q))
         sv = locality.get(r.job_id) if locality is not None else None
         if sv is None:
             rg = r.req.gpus if r.req.gpus is not None else r.alloc.gpus
-            key = (r.user or r.account, r.name, bool(rg))
+            key = (who, r.name, bool(rg))
             sv = loc_of.get(key)
             if sv is None:
                 sv = loc_of[key] = record_locality(r)
