@@ -26,7 +26,14 @@ data. Leaves are pooled with a one-hot ``(N, L)`` matrix (``node_leaf`` compared
 ``arange(L)``, ``L = max(node_leaf) + 1`` computed as a tensor); masked entries are
 filled with ``-1e9``. :meth:`PolicyNet.forward_batch` computes the same thing for a
 padded batch (:class:`Batch`, :func:`batch_tensors`), with scatter-adds instead of the
-one-hot matrix, for training and fast inference; a test holds the two to 1e-5.
+one-hot matrix, for training and fast inference; a test holds the two to 1e-5. On a big
+cluster (:data:`_DEDUP_ROWS` node rows or more in a batch) it encodes each distinct node
+row once, sums the leaves from ``(leaf, row, count)`` pairs and encodes once each group
+of leaves made of the same rows (checked exactly): a whole-node cluster's node table is
+mostly idle nodes and the nodes of a few jobs, so a PPO update on Theta's 4,392 nodes
+encodes about 1,000 times fewer node rows. Leaves made of the same rows are the same
+function of the weights, so the outputs and the gradients are those of encoding every
+node and leaf (up to float rounding; a test compares both).
 
 Checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`) hold the weights, the
 :class:`PolicyConfig`, the feature schema (:func:`slurm_plugin.features.schema`, with
@@ -143,6 +150,98 @@ class PolicyConfig:
         if extra:
             raise ValueError(f"unknown PolicyConfig keys {sorted(extra)}; known {sorted(known)}")
         return cls(**dict(d))
+
+
+#: Rows below which :meth:`PolicyNet.forward_batch` encodes every node and leaf (finding
+#: the distinct ones costs more than it saves).
+_DEDUP_ROWS = 4096
+
+
+def _row_key_weights(f: int) -> Tensor:
+    """Weights of :func:`_row_groups`'s row keys (square roots: no rational relation)."""
+    return torch.arange(1, f + 1, dtype=torch.float64).sqrt_().add_(0.5)
+
+
+def _groups(key: Tensor, x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``(first, inv)``: the first row of each distinct ``key`` and each row's group.
+
+    ``None`` when fewer than half the rows repeat, or when two rows of one key differ in
+    ``x`` (rows ``[R, F]``; then every row must be encoded).
+    """
+    rows = int(x.shape[0])
+    uniq, inv = torch.unique(key, return_inverse=True)
+    n = int(uniq.shape[0])
+    if n * 2 > rows:
+        return None
+    first = torch.full((n,), rows, dtype=torch.int64).scatter_reduce_(
+        0, inv, torch.arange(rows), "amin")
+    xd = x.detach()
+    if not torch.equal(xd.index_select(0, first).index_select(0, inv), xd):
+        return None
+    return first, inv
+
+
+def _row_groups(x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """:func:`_groups` of the distinct rows of ``x`` (``[R, F]``, needing no gradient)."""
+    if int(x.shape[0]) < _DEDUP_ROWS or x.requires_grad:
+        return None
+    return _groups(x.to(torch.float64).matmul(_row_key_weights(int(x.shape[1]))), x)
+
+
+def _node_pairs(flat: Tensor, inv: Tensor, slots: int
+                ) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The ``(leaf slot, distinct row, count)`` pairs of the valid nodes, sorted.
+
+    ``flat``: each node's leaf slot (``slots`` for padding), ``inv``: its distinct row.
+    ``None`` if the pair keys would not fit in int64.
+    """
+    u = int(inv.max()) + 1 if inv.numel() else 1
+    if slots * u >= 2**62:
+        return None
+    valid = flat < slots
+    keys, counts = torch.unique(flat[valid] * u + inv[valid], return_counts=True)
+    return keys // u, keys % u, counts
+
+
+def _leaf_groups(ps: Tensor, pu: Tensor, pc: Tensor, slots: int, n_rows: int
+                 ) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Leaves made of the same node rows: ``(group of each slot, its first slot, pairs)``.
+
+    ``pairs`` are the indices of the first slots' pairs (:func:`_node_pairs`). Slots
+    are keyed by a sum of random codes of their pairs, then checked exactly: every slot
+    has as many pairs as its group's first slot, and each of its ``(row, count)`` pairs
+    is one of that slot's. ``None`` when there are few leaves or few repeats, or when
+    the check fails (a shared key).
+    """
+    if slots < _DEDUP_ROWS:
+        return None
+    # codes < 2**40 times counts < 2**23, summed: exact in int64 whatever the order
+    codes = torch.randint(0, 2**40, (n_rows,), generator=torch.Generator().manual_seed(0))
+    key = torch.zeros(slots, dtype=torch.int64).index_add(
+        0, ps, codes.index_select(0, pu) * pc)
+    npairs = torch.zeros(slots, dtype=torch.int64).index_add(0, ps, torch.ones_like(ps))
+    uniq, group = torch.unique(key, return_inverse=True)
+    n = int(uniq.shape[0])
+    if n * 2 > slots:
+        return None
+    rep = torch.full((n,), slots, dtype=torch.int64).scatter_reduce_(
+        0, group, torch.arange(slots), "amin")
+    if not torch.equal(npairs, npairs.index_select(0, rep).index_select(0, group)):
+        return None
+    cmax = int(pc.max()) + 1 if pc.numel() else 1
+    if n * n_rows * cmax >= 2**62:
+        return None
+    g = group.index_select(0, ps)
+    triple = (g * n_rows + pu) * cmax + pc
+    is_rep = rep.index_select(0, g) == ps
+    rep_pair = is_rep.nonzero().squeeze(1)
+    known = torch.sort(triple.index_select(0, rep_pair)).values
+    at = torch.searchsorted(known, triple).clamp(max=max(int(known.shape[0]) - 1, 0))
+    if known.numel() and not torch.equal(known.index_select(0, at), triple):
+        return None
+    if not known.numel() and triple.numel():
+        return None
+    return group, rep, rep_pair
 
 
 def _mlp(n_in: int, hidden: int) -> nn.Sequential:
@@ -408,20 +507,54 @@ class PolicyNet(nn.Module):
         jv_f = b.job_valid.to(dt)
         nv_f = b.node_valid.to(dt)
         je = self.job_enc(b.jobs) * jv_f.unsqueeze(-1)            # [B, J, H]
-        ne = self.node_enc(b.nodes) * nv_f.unsqueeze(-1)          # [B, N, H]
-
         # per leaf: scatter-add into B * L slots (+1 dump slot for padding)
         n_leaves = int(b.node_leaf.max()) + 1 if b.node_leaf.numel() else 1
         slots = bsz * n_leaves
         flat = b.node_leaf + torch.arange(bsz, device=dev).unsqueeze(1) * n_leaves
         flat = torch.where(b.node_valid, flat, torch.full_like(flat, slots)).reshape(-1)
-        leaf_sum = torch.zeros(slots + 1, h, dtype=dt, device=dev).index_add(
-            0, flat, ne.reshape(-1, h))
-        cnt = torch.zeros(slots + 1, dtype=dt, device=dev).index_add(0, flat, nv_f.reshape(-1))
-        leaf_sum = leaf_sum[:slots].reshape(bsz, n_leaves, h)
-        cnt = cnt[:slots].reshape(bsz, n_leaves)
-        leaf_mean = leaf_sum / cnt.clamp(min=1.0).unsqueeze(-1)
-        le = self.leaf_enc(torch.cat((leaf_mean, torch.log1p(cnt).unsqueeze(-1)), -1))
+        cnt = torch.zeros(slots + 1, dtype=dt, device=dev).index_add(
+            0, flat, nv_f.reshape(-1))[:slots]
+        # A big cluster's node table repeats itself (every idle node of a whole-node
+        # cluster, the nodes of one job): each distinct node row is encoded once, the
+        # leaves are summed from (leaf, row, count) pairs, and the leaves made of the
+        # same rows are encoded once (the same function of the weights: the gradients
+        # are those of encoding every node and leaf). See _node_pairs and _leaf_groups.
+        nodes = b.nodes.reshape(-1, int(b.nodes.shape[-1]))
+        node_groups = _row_groups(nodes)
+        pairs = None if node_groups is None else _node_pairs(flat, node_groups[1], slots)
+        ne: Tensor | None
+        if node_groups is None or pairs is None:
+            every = self.node_enc(b.nodes) * nv_f.unsqueeze(-1)          # [B, N, H]
+            ne = every
+            leaf_sum = torch.zeros(slots + 1, h, dtype=dt, device=dev).index_add(
+                0, flat, every.reshape(-1, h))[:slots]
+            leaf_in = torch.cat((leaf_sum / cnt.clamp(min=1.0).unsqueeze(-1),
+                                 torch.log1p(cnt).unsqueeze(-1)), -1)
+            le = self.leaf_enc(leaf_in)
+        else:
+            first, inv = node_groups
+            ne_u = self.node_enc(nodes.index_select(0, first))                # [U, H]
+            ne = (ne_u.index_select(0, inv).reshape(bsz, -1, h) * nv_f.unsqueeze(-1)
+                  if bool(b.cand_mask.any()) else None)  # only the node sets need it
+            ps, pu, pc = pairs
+            groups = _leaf_groups(ps, pu, pc, slots, int(first.shape[0]))
+            if groups is None:  # every leaf
+                rows, gs, gu, gc = slots, ps, pu, pc
+            else:  # one leaf of each group
+                slot_group, rep, rep_pair = groups
+                rows = int(rep.shape[0])
+                gs = slot_group.index_select(0, ps.index_select(0, rep_pair))
+                gu, gc = pu.index_select(0, rep_pair), pc.index_select(0, rep_pair)
+            leaf_sum = torch.zeros(rows, h, dtype=dt, device=dev).index_add(
+                0, gs, ne_u.index_select(0, gu) * gc.to(dt).unsqueeze(-1))
+            c_rows = cnt if groups is None else cnt.index_select(0, groups[1])
+            leaf_in = torch.cat((leaf_sum / c_rows.clamp(min=1.0).unsqueeze(-1),
+                                 torch.log1p(c_rows).unsqueeze(-1)), -1)
+            le = self.leaf_enc(leaf_in)
+            if groups is not None:
+                le = le.index_select(0, groups[0])
+        le = le.reshape(bsz, n_leaves, h)
+        cnt = cnt.reshape(bsz, n_leaves)
         present = (cnt > 0).to(dt)
         zrow = torch.zeros(bsz, 1, h, dtype=dt, device=dev)
         leaf_pool = torch.cat((
@@ -444,6 +577,9 @@ class PolicyNet(nn.Module):
         job_logits = torch.cat((scores, hold), 1)
         value = self.value_head(ctx).squeeze(-1)
 
+        if ne is None:  # no candidate set in the batch: every set is padding (masked)
+            kmax = int(b.cand_sets.shape[1])
+            return job_logits, torch.full((bsz, kmax), MASKED, dtype=dt, device=dev), value
         c = b.cand_sets.to(dt)                                    # [B, K, N]
         kmax = int(c.shape[1])
         size = c.sum(-1)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import trainer.policy as policy_mod  # noqa: E402
 from slurm_plugin.features import (  # noqa: E402
     JobsRaw,
     NodesRaw,
@@ -375,3 +378,109 @@ def test_forward_exports_to_onnx_with_dynamic_axes(tmp_path):
             want = net(*args)
         for x, y in zip(got, want, strict=True):
             np.testing.assert_allclose(x, y.numpy(), atol=ATOL)
+
+
+# ---------------------------------------------------------------------------- repeated node rows
+def _big_batch(n_nodes: int = 6000, states: int = 3, sets: bool = True):
+    """States of a big whole-node-like cluster: most node rows and leaves repeat.
+
+    Every node of a leaf gets the same one of 12 rows (idle, or one job's nodes).
+    """
+    items = []
+    for k in range(states):
+        obs, nr = make_obs(20, n_nodes, n_nodes // 4, seed=k)
+        rows = make_obs(20, 12, 3, seed=100 + k)[0].nodes
+        pattern = np.random.default_rng(k).integers(0, 12, n_nodes // 4)
+        obs = dataclasses.replace(obs, nodes=rows[pattern[obs.node_leaf]])
+        items.append((obs, candidates(nr, 1, 1, 0), 1) if sets else (obs, None, None))
+    return batch_tensors(items)
+
+
+def _encoded_rows(net, batch):
+    """forward_batch's outputs, and the rows its node and leaf encoders saw."""
+    seen = {"node": 0, "leaf": 0}
+
+    def hook(name):
+        def f(m, i, o):
+            seen[name] += i[0].shape[:-1].numel()
+        return f
+
+    hs = [net.node_enc.register_forward_hook(hook("node")),
+          net.leaf_enc.register_forward_hook(hook("leaf"))]
+    try:
+        out = net.forward_batch(batch)
+    finally:
+        for h in hs:
+            h.remove()
+    return out, seen
+
+
+@pytest.mark.parametrize("sets", [True, False])
+def test_repeated_node_rows_and_leaves_are_encoded_once_same_outputs_and_gradients(
+        monkeypatch, sets):
+    net = net_for_tests(hidden=24).train()
+    batch = _big_batch(sets=sets)
+    assert bool(batch.cand_mask.any()) == sets
+    rows = batch.nodes.shape[0] * batch.nodes.shape[1]
+    slots = batch.nodes.shape[0] * (int(batch.node_leaf.max()) + 1)
+    assert slots >= policy_mod._DEDUP_ROWS
+    (jl, pl, v), seen = _encoded_rows(net, batch)
+    assert seen["node"] < rows / 100 and seen["leaf"] < slots / 10  # each distinct one once
+    loss = jl.clamp(min=-50).sum() + pl.clamp(min=-50).sum() + v.sum()
+    grads = torch.autograd.grad(loss, list(net.parameters()), allow_unused=True)
+    monkeypatch.setattr(policy_mod, "_DEDUP_ROWS", 10**12)  # every node and leaf encoded
+    (jl2, pl2, v2), seen2 = _encoded_rows(net, batch)
+    assert seen2 == {"node": rows, "leaf": slots}
+    loss2 = jl2.clamp(min=-50).sum() + pl2.clamp(min=-50).sum() + v2.sum()
+    grads2 = torch.autograd.grad(loss2, list(net.parameters()), allow_unused=True)
+    # (without node sets the placement head gets no gradient: zero or unused alike)
+    params = list(net.parameters())
+    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)]
+    grads2 = [torch.zeros_like(p) if g is None else g
+              for g, p in zip(grads2, params, strict=True)]
+    assert torch.equal(pl == MASKED, ~batch.cand_mask)
+    for a, b in ((jl, jl2), (pl, pl2), (v, v2), *zip(grads, grads2, strict=True)):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4,
+                                   atol=1e-4)
+
+
+def test_rows_sharing_a_key_are_all_encoded(monkeypatch):
+    net = net_for_tests(hidden=8)
+    batch = _big_batch(states=2)
+    with torch.no_grad():
+        monkeypatch.setattr(policy_mod, "_DEDUP_ROWS", 10**12)
+        want = net.forward_batch(batch)  # every row encoded
+        monkeypatch.setattr(policy_mod, "_DEDUP_ROWS", 4096)
+        monkeypatch.setattr(policy_mod, "_row_key_weights",
+                            lambda f: torch.zeros(f, dtype=torch.float64))  # one key for all
+        got, seen = _encoded_rows(net, batch)
+    assert seen["node"] == batch.nodes.shape[0] * batch.nodes.shape[1]
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_groups_need_equal_rows_under_one_key():
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).repeat(3000, 1)
+    first, inv = policy_mod._groups(torch.arange(6000) % 2, x)
+    assert first.tolist() == [0, 1] and torch.equal(x[first][inv], x)
+    assert policy_mod._groups(torch.zeros(6000, dtype=torch.int64), x) is None  # differ
+    assert policy_mod._groups(torch.arange(6000), x) is None  # nothing repeats
+
+
+def test_leaf_groups_check_the_rows_exactly(monkeypatch):
+    # slots 0..999: row s % 3 twice; slots 1000..2999: rows 0 and 1 once each
+    ps = torch.cat((torch.arange(1000), torch.arange(1000, 3000).repeat_interleave(2)))
+    pu = torch.cat((torch.arange(1000) % 3, torch.tensor([0, 1]).repeat(2000)))
+    pc = torch.cat((torch.full((1000,), 2), torch.ones(4000, dtype=torch.int64)))
+    monkeypatch.setattr(policy_mod, "_DEDUP_ROWS", 1000)
+    group, rep, rep_pair = policy_mod._leaf_groups(ps, pu, pc, 3000, 3)
+    assert group.unique().numel() == 4
+    assert sorted(rep.tolist()) == [0, 1, 2, 1000]
+    assert int(rep_pair.numel()) == 3 + 2
+    assert torch.equal(group[:6], group[3:9]) and len(set(group[:3].tolist())) == 3
+    # every slot keyed alike: the exact checks refuse to merge different rows
+    monkeypatch.setattr(torch, "randint",
+                        lambda lo, hi, size, generator=None: torch.zeros(size, dtype=torch.int64))
+    assert policy_mod._leaf_groups(ps, pu, pc, 3000, 3) is None  # pair counts differ
+    one = torch.arange(3000)
+    assert policy_mod._leaf_groups(one, one % 3, torch.full((3000,), 2), 3000, 3) is None
