@@ -27,7 +27,7 @@ data. Leaves are pooled with a one-hot ``(N, L)`` matrix (``node_leaf`` compared
 filled with ``-1e9``. :meth:`PolicyNet.forward_batch` computes the same thing for a
 padded batch (:class:`Batch`, :func:`batch_tensors`), with scatter-adds instead of the
 one-hot matrix, for training and fast inference; a test holds the two to 1e-5. On a big
-cluster (:data:`_DEDUP_ROWS` node rows or more in a batch) it encodes each distinct node
+cluster (:data:`_DEDUP_ROWS` node rows or more in a batch, on the CPU) it encodes each distinct node
 row once, sums the leaves from ``(leaf, row, count)`` pairs and encodes once each group
 of leaves made of the same rows (checked exactly): a whole-node cluster's node table is
 mostly idle nodes and the nodes of a few jobs, so a PPO update on Theta's 4,392 nodes
@@ -182,8 +182,11 @@ def _groups(key: Tensor, x: Tensor) -> tuple[Tensor, Tensor] | None:
 
 
 def _row_groups(x: Tensor) -> tuple[Tensor, Tensor] | None:
-    """:func:`_groups` of the distinct rows of ``x`` (``[R, F]``, needing no gradient)."""
-    if int(x.shape[0]) < _DEDUP_ROWS or x.requires_grad:
+    """:func:`_groups` of the distinct rows of ``x`` (``[R, F]``, needing no gradient).
+
+    CPU only (on an accelerator, encoding every row is cheap and the bookkeeping is not).
+    """
+    if int(x.shape[0]) < _DEDUP_ROWS or x.requires_grad or x.device.type != "cpu":
         return None
     return _groups(x.to(torch.float64).matmul(_row_key_weights(int(x.shape[1]))), x)
 

@@ -465,6 +465,9 @@ def test_groups_need_equal_rows_under_one_key():
     assert first.tolist() == [0, 1] and torch.equal(x[first][inv], x)
     assert policy_mod._groups(torch.zeros(6000, dtype=torch.int64), x) is None  # differ
     assert policy_mod._groups(torch.arange(6000), x) is None  # nothing repeats
+    assert policy_mod._row_groups(x) is not None
+    assert policy_mod._row_groups(x.to("meta")) is None  # CPU only
+    assert policy_mod._row_groups(x.clone().requires_grad_()) is None  # inputs only
 
 
 def test_leaf_groups_check_the_rows_exactly(monkeypatch):
