@@ -162,23 +162,34 @@ def _row_key_weights(f: int) -> Tensor:
     return torch.arange(1, f + 1, dtype=torch.float64).sqrt_().add_(0.5)
 
 
-def _groups(key: Tensor, x: Tensor) -> tuple[Tensor, Tensor] | None:
-    """``(first, inv)``: the first row of each distinct ``key`` and each row's group.
+def _key_groups(key: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``(first, inv)``: the first index of each distinct ``key`` and each index's group.
 
-    ``None`` when fewer than half the rows repeat, or when two rows of one key differ in
-    ``x`` (rows ``[R, F]``; then every row must be encoded).
+    ``None`` when fewer than half the keys repeat (grouping would not pay).
     """
-    rows = int(x.shape[0])
+    rows = int(key.shape[0])
     uniq, inv = torch.unique(key, return_inverse=True)
     n = int(uniq.shape[0])
     if n * 2 > rows:
         return None
     first = torch.full((n,), rows, dtype=torch.int64).scatter_reduce_(
         0, inv, torch.arange(rows), "amin")
+    return first, inv
+
+
+def _groups(key: Tensor, x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """:func:`_key_groups` of ``key``, checked against the rows ``x`` (``[R, F]``).
+
+    ``None`` also when two rows of one key differ (then every row must be encoded).
+    """
+    groups = _key_groups(key)
+    if groups is None:
+        return None
+    first, inv = groups
     xd = x.detach()
     if not torch.equal(xd.index_select(0, first).index_select(0, inv), xd):
         return None
-    return first, inv
+    return groups
 
 
 def _row_groups(x: Tensor) -> tuple[Tensor, Tensor] | None:
@@ -223,12 +234,11 @@ def _leaf_groups(ps: Tensor, pu: Tensor, pc: Tensor, slots: int, n_rows: int
     key = torch.zeros(slots, dtype=torch.int64).index_add(
         0, ps, codes.index_select(0, pu) * pc)
     npairs = torch.zeros(slots, dtype=torch.int64).index_add(0, ps, torch.ones_like(ps))
-    uniq, group = torch.unique(key, return_inverse=True)
-    n = int(uniq.shape[0])
-    if n * 2 > slots:
+    groups = _key_groups(key)
+    if groups is None:
         return None
-    rep = torch.full((n,), slots, dtype=torch.int64).scatter_reduce_(
-        0, group, torch.arange(slots), "amin")
+    rep, group = groups
+    n = int(rep.shape[0])
     if not torch.equal(npairs, npairs.index_select(0, rep).index_select(0, group)):
         return None
     cmax = int(pc.max()) + 1 if pc.numel() else 1
@@ -239,11 +249,10 @@ def _leaf_groups(ps: Tensor, pu: Tensor, pc: Tensor, slots: int, n_rows: int
     is_rep = rep.index_select(0, g) == ps
     rep_pair = is_rep.nonzero().squeeze(1)
     known = torch.sort(triple.index_select(0, rep_pair)).values
-    at = torch.searchsorted(known, triple).clamp(max=max(int(known.shape[0]) - 1, 0))
-    if known.numel() and not torch.equal(known.index_select(0, at), triple):
-        return None
-    if not known.numel() and triple.numel():
-        return None
+    if triple.numel():  # (then some first slot has pairs: the counts matched)
+        at = torch.searchsorted(known, triple).clamp(max=int(known.shape[0]) - 1)
+        if not torch.equal(known.index_select(0, at), triple):
+            return None
     return group, rep, rep_pair
 
 
