@@ -202,6 +202,10 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Updates between saves of the resumable state (default 10)."),
     ("--group", "group", click.IntRange(min=1),
      "Episodes a worker runs in lockstep with batched inference (default 4)."),
+    ("--warm-start/--cold-start", "warm_start", None,
+     "Start training episodes from the queue and running jobs the Slurm baseline's"
+     " replay had at the window's first arrival (--warm-start), as a deployed policy"
+     " meets them, or on an empty cluster (--cold-start, default)."),
     ("--hold/--no-hold", "hold", None,
      "Let the agent hold while a job fits (default); --no-hold trains a work-conserving"
      " agent, as deployed (Slurm starts what fits in the policy's order)."),
@@ -451,7 +455,8 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
         # (also on --resume, where the trainer is not given the init)
         meta[PLACE_TRAINED] = place_head_trained(ck.extra)
     try:
-        spec = make_spec(data.jobs, data.cluster, cfg, norm)
+        spec = make_spec(data.jobs, data.cluster, cfg, norm, options=data.options,
+                         priority=data.priority)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     resolved.update({"train": cfg.to_dict(), "algo": acfg.to_dict(),

@@ -48,7 +48,10 @@ Episodes
     the whole table when ``episode_jobs`` is ``None`` or not smaller. Times are shifted
     so the window's first job arrives at 0; the cluster starts empty; the user history
     starts from up to ``history_jobs`` earlier jobs that ended (as recorded: arrival +
-    run) before the window. The episode terminates when every job of the window has
+    run) before the window. With ``warm_start`` the cluster does not start empty: the
+    episode starts at the window's first arrival from the state an incumbent replay
+    of the whole table had then (its waiting jobs wait, its running jobs run; see
+    :attr:`EnvConfig.warm_start`). The episode terminates when every job of the window has
     finished, and is truncated after ``max_steps`` steps.
 
 Rewards
@@ -79,11 +82,13 @@ from slurm_plugin.features import (
 from slurm_plugin.placement import Candidates
 
 from .sim import metrics
-from .sim.engine import SimResult
+from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import history_before
+from .sim.policies import Policy
+from .sim.slurm import SchedulerOptions
 from .sim.speed import SPEED_MODELS
 from .sim.state import Cluster, JobTable, build_jobs
-from .sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, window
+from .sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, take, window
 from .sim.workload import WorkloadConfig, default_cluster, generate, replay_records
 
 __all__ = [
@@ -93,6 +98,7 @@ __all__ = [
     "SchedEnv",
     "from_table",
     "from_workload",
+    "incumbent_times",
 ]
 
 #: Bound of the feature boxes (features are logs and shares, far inside it).
@@ -136,6 +142,15 @@ class EnvConfig:
     """Jobs just before the window replayed first, in the same episode, so that the
     window does not start on an empty cluster (validation); the agent acts on them too,
     but ``info["episode_metrics"]`` counts the window's jobs only. 0: none."""
+    warm_start: bool = False
+    """Start each episode from the state another replay of the whole table (the
+    incumbent scheduler's: :func:`incumbent_times`, given to :class:`SchedEnv`) had
+    at the window's first arrival: the jobs that arrived before it and were still
+    waiting wait (and are the agent's to schedule, scored from then on), those
+    running run to their end on a best-fit layout (:meth:`Stepper.warm`). So
+    training sees the queues and the busy cluster a deployed policy meets, not a
+    window starting on an empty cluster. ``info["episode_metrics"]`` counts the
+    window's jobs only. Exclusive with ``warmup_jobs``."""
     invalid_action: Literal["reject", "raise"] = "reject"
     """What a masked action does: ``reject`` (no change, ``-invalid_penalty``,
     ``info["invalid_action"]``) or ``raise`` (:class:`ValueError`)."""
@@ -164,6 +179,8 @@ class EnvConfig:
         need(self.fairness >= 0, "fairness must be >= 0")
         need(self.history_jobs >= 0, "history_jobs must be >= 0")
         need(self.warmup_jobs >= 0, "warmup_jobs must be >= 0")
+        need(not (self.warm_start and self.warmup_jobs),
+             "warm_start and warmup_jobs exclude each other: pick one")
         need(self.frag_samples >= 1, "frag_samples must be >= 1")
         need(self.invalid_action in ("reject", "raise"),
              "invalid_action must be 'reject' or 'raise'")
@@ -227,15 +244,28 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         cluster: The cluster.
         config: Settings; default :class:`EnvConfig`.
         norm: Feature normalisation.
+        incumbent: ``(start, end)`` per job of ``jobs`` in a replay of the whole table
+            (:func:`incumbent_times`); needed by ``config.warm_start``.
+
+    Raises:
+        ValueError: If the table is empty, or ``warm_start`` lacks a matching
+            ``incumbent``.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, jobs: JobTable, cluster: Cluster, config: EnvConfig | None = None,
-                 norm: Normalisation | None = None) -> None:
+                 norm: Normalisation | None = None,
+                 incumbent: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         super().__init__()
         if jobs.n == 0:
             raise ValueError("the job table is empty: nothing to schedule")
+        if config is not None and config.warm_start and (
+                incumbent is None or len(incumbent[0]) != jobs.n
+                or len(incumbent[1]) != jobs.n):
+            raise ValueError("warm_start needs the incumbent's (start, end) per job of the"
+                             " table: incumbent_times(jobs, cluster, ...)")
+        self._incumbent = incumbent
         self.jobs = jobs
         self.cluster = cluster
         self.config = cfg = config or EnvConfig()
@@ -324,11 +354,24 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                 raise ValueError(f"options['start'] must lie in [0, {n - size}]")
         else:
             lo = int(self.np_random.integers(0, n - size + 1))
-        warm = min(cfg.warmup_jobs, lo)  # rows before the window, replayed first
-        jobs = window(self.jobs, lo - warm, lo + size)
-        self._stepper = Stepper(jobs, self.cluster, cfg.speed_model, reward=self.reward_fn,
-                                history=self._history(lo - warm), norm=self.norm,
-                                samples=cfg.frag_samples)
+        if cfg.warm_start and lo > 0:
+            assert self._incumbent is not None
+            s_inc, e_inc = self._incumbent
+            t0 = int(self.jobs.eligible[lo])
+            prior = np.flatnonzero(e_inc[:lo] >= t0)  # still in the system at t0
+            warm = int(prior.size)
+            jobs = take(self.jobs, np.concatenate((prior, np.arange(lo, lo + size))), t0)
+            self._stepper = Stepper(jobs, self.cluster, cfg.speed_model,
+                                    reward=self.reward_fn, history=self._history(lo),
+                                    norm=self.norm, samples=cfg.frag_samples)
+            self._stepper.warm(0, [(k, int(s_inc[r]) - t0, int(e_inc[r]) - t0)
+                                   for k, r in enumerate(prior.tolist()) if s_inc[r] < t0])
+        else:
+            warm = min(cfg.warmup_jobs, lo)  # rows before the window, replayed first
+            jobs = window(self.jobs, lo - warm, lo + size)
+            self._stepper = Stepper(jobs, self.cluster, cfg.speed_model,
+                                    reward=self.reward_fn, history=self._history(lo - warm),
+                                    norm=self.norm, samples=cfg.frag_samples)
         self._warm = warm
         self._window_jobs = size + warm
         self._max_steps = (cfg.max_steps if cfg.max_steps is not None
@@ -504,6 +547,20 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
 
 
 # ---------------------------------------------------------------------------- constructors
+def incumbent_times(jobs: JobTable, cluster: Cluster, policy: Policy,
+                    options: SchedulerOptions, speed_model: str = "none", seed: int = 0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, end)`` per job of a batch replay of the whole table (a warm start's source).
+
+    The replay of :class:`~trainer.sim.engine.Simulator` under ``policy`` (the site's
+    scheduler: the ``slurm`` baseline) with ``options`` and the speed model, as
+    :attr:`EnvConfig.warm_start` reads it.
+    """
+    r = Simulator(jobs, cluster, policy, options,
+                  EngineOptions(seed=seed, speed_model=speed_model)).run()
+    return r.start.copy(), r.end.copy()
+
+
 def from_table(jobs: JobTable, cluster: Cluster, env_config: EnvConfig | None = None,
                norm: Normalisation | None = None) -> SchedEnv:
     """An environment over an existing job table (a trace or the job store)."""

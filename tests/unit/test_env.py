@@ -17,7 +17,13 @@ from db.records import JobRecord, TresCounts  # noqa: E402
 from slurm_plugin.cluster import ClusterSpec  # noqa: E402
 from slurm_plugin.features import Observation  # noqa: E402
 from slurm_plugin.placement import Candidates  # noqa: E402
-from trainer.env import EnvConfig, SchedEnv, from_table, from_workload  # noqa: E402
+from trainer.env import (  # noqa: E402
+    EnvConfig,
+    SchedEnv,
+    from_table,
+    from_workload,
+    incumbent_times,
+)
 from trainer.sim import metrics  # noqa: E402
 from trainer.sim import workload as w  # noqa: E402
 from trainer.sim.engine import Simulator  # noqa: E402
@@ -401,3 +407,65 @@ def test_warmup_jobs_are_replayed_first_but_not_counted():
     assert warm._warm == 0
     with pytest.raises(ValueError, match="warmup_jobs"):
         EnvConfig(warmup_jobs=-1)
+
+
+# ---------------------------------------------------------------------------- warm start
+def _busy_table(n: int = 200, nodes: int = 8):
+    rng = np.random.default_rng(3)
+    recs = [job(i + 1, int(40 * i + rng.integers(0, 30)), int(rng.integers(60, 1500)),
+                int(rng.integers(1, 5))) for i in range(n)]
+    sp = ClusterSpec.synthetic("c", nodes, nodes_per_leaf=2, gpus_per_node=0,
+                               mem_mb_per_node=0)
+    cl = Cluster.from_spec(sp)
+    return build_jobs(recs, cl), cl
+
+
+def test_warm_start_needs_the_incumbent_and_excludes_warmup():
+    jobs, cl = _busy_table(40)
+    with pytest.raises(ValueError, match="incumbent"):
+        SchedEnv(jobs, cl, EnvConfig(warm_start=True, episode_jobs=10))
+    with pytest.raises(ValueError, match="incumbent"):
+        SchedEnv(jobs, cl, EnvConfig(warm_start=True, episode_jobs=10),
+                 incumbent=(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64)))
+    with pytest.raises(ValueError, match="exclude each other"):
+        EnvConfig(warm_start=True, warmup_jobs=5)
+
+
+def test_warm_start_episode_starts_from_the_incumbent_state():
+    jobs, cl = _busy_table()
+    inc = incumbent_times(jobs, cl, make_policy("fifo"), SchedulerOptions(bf_interval=0))
+    start, end = inc
+    size = 30
+    env = SchedEnv(jobs, cl, EnvConfig(warm_start=True, episode_jobs=size, hold=False),
+                   incumbent=inc)
+    cold = SchedEnv(jobs, cl, EnvConfig(episode_jobs=size, hold=False))
+    # a moment the incumbent's queue is not empty
+    lo = next(r for r in range(20, jobs.n - size)
+              if ((start[:r] >= jobs.eligible[r]) & (end[:r] >= jobs.eligible[r])).sum() >= 2
+              and jobs.eligible[r - 1] < jobs.eligible[r])
+    t0 = int(jobs.eligible[lo])
+    obs, info = env.reset(options={"start": lo})
+    st = env.stepper
+    prior = np.flatnonzero(end[:lo] >= t0)
+    assert st.jobs.job_id.tolist() == jobs.job_id[np.r_[prior, lo:lo + size]].tolist()
+    assert st.stats["warm_pending"] == int((start[prior] >= t0).sum()) >= 2
+    assert st.stats["warm_running"] == int((start[prior] < t0).sum())
+    done, steps = False, 0
+    while not done:
+        obs, r, term, trunc, info = env.step(earliest_fitting(info, env.config.max_jobs))
+        done = term or trunc
+        steps += 1
+    assert term
+    m = info["episode_metrics"]
+    assert m["jobs"] == size  # the window's jobs only
+    # the same window from an empty cluster waits less: the queue was not there
+    cold.reset(options={"start": lo})
+    done = False
+    info = cold._info()
+    while not done:
+        _, _, term, trunc, info = cold.step(earliest_fitting(info, cold.config.max_jobs))
+        done = term or trunc
+    assert info["episode_metrics"]["wait_mean"] < m["wait_mean"]
+    # the same start replays identically
+    env.reset(options={"start": lo})
+    assert env.stepper.jobs.job_id.tolist() == st.jobs.job_id.tolist()

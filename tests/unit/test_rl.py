@@ -177,6 +177,21 @@ def test_ppo_twice_gives_identical_weights():
     assert not _same(_weights(a.net), _weights(c.net))
 
 
+def test_warm_start_training_replays_slurm_once_and_repeats():
+    spec, cfg = _short(budget_steps=200, budget_updates=None, warm_start=True)
+    assert spec.incumbent is not None
+    assert spec.incumbent[0].shape == spec.incumbent[1].shape == (spec.jobs.n,)
+    assert spec.train.warm_start and not spec.eval.warm_start
+    cold, _ = _short(budget_steps=200, budget_updates=None)
+    assert cold.incumbent is None and not cold.train.warm_start
+    acfg = PPOConfig(episodes=2, minibatch=32)
+    a = train(spec, cfg, acfg)
+    b = train(spec, cfg, acfg)
+    assert _same(_weights(a.net), _weights(b.net))
+    c = train(cold, dataclasses.replace(cfg, warm_start=False), acfg)
+    assert not _same(_weights(a.net), _weights(c.net))
+
+
 @pytest.mark.parametrize("algo,acfg", [
     ("ppo", PPOConfig(episodes=2, minibatch=32)),
     ("dqn", DQNConfig(episodes=2, learning_starts=20, batch=16, target_every=3)),

@@ -19,7 +19,14 @@ from trainer.sim.policies import make_policy
 from trainer.sim.slurm import SchedulerOptions
 from trainer.sim.speed import SPEED_MODELS, SpeedModel
 from trainer.sim.state import Cluster, build_jobs
-from trainer.sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, window
+from trainer.sim.stepper import (
+    REWARDS,
+    CachedUserHistory,
+    Stepper,
+    make_reward,
+    take,
+    window,
+)
 
 T0 = 1_699_999_980
 
@@ -349,3 +356,80 @@ def test_speed_model_by_name_with_hooks_and_exact_bsld(monkeypatch):
     assert all(t == res.end[j] for k, j, t in calls if k == "finish")
     bsld = metrics.job_metrics(res)["bsld"]
     assert s.total_reward == pytest.approx(-bsld.sum(), rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- warm start
+def _warm_point(jobs, ref, want_pending: int = 2):
+    """A row whose arrival finds jobs of the reference replay both waiting and running."""
+    for lo in range(jobs.n // 3, jobs.n - 1):
+        t0 = int(jobs.eligible[lo])
+        if jobs.eligible[lo - 1] == t0:
+            continue
+        waiting = int(((ref.start[:lo] >= t0)).sum())
+        running = int(((ref.start[:lo] < t0) & (ref.end[:lo] >= t0)).sum())
+        if waiting >= want_pending and running >= 2:
+            return lo
+    raise AssertionError("no busy moment in the reference replay")
+
+
+def test_take_keeps_rows_and_shifts():
+    jobs, _ = synthetic("hpc", 40)
+    t = take(jobs, np.array([3, 7, 8, 20]), 100)
+    assert t.job_id.tolist() == jobs.job_id[[3, 7, 8, 20]].tolist()
+    assert t.eligible.tolist() == (jobs.eligible[[3, 7, 8, 20]] - 100).tolist()
+    with pytest.raises(ValueError, match="increasing"):
+        take(jobs, np.array([5, 3]))
+    with pytest.raises(ValueError, match="increasing"):
+        take(jobs, np.array([], dtype=np.int64))
+
+
+def test_warm_start_resumes_the_engine_exactly():
+    """Started from the engine's state at a busy moment, the same scheduler (FIFO without
+    backfill, whole nodes: the layout cannot matter) makes the engine's decisions."""
+    rng = np.random.default_rng(4)
+    recs = [job(i + 1, int(30 * i + rng.integers(0, 20)), int(rng.integers(50, 2000)),
+                int(rng.integers(1, 9)), limit=3000) for i in range(300)]
+    cl = Cluster.from_spec(spec(16))
+    jobs = build_jobs(recs, cl)
+    assert jobs.exclusive.all()
+    ref = Simulator(jobs, cl, make_policy("fifo"),
+                    SchedulerOptions(backfill=False, bf_interval=0)).run()
+    lo = _warm_point(jobs, ref)
+    hi = min(jobs.n, lo + 80)
+    t0 = int(jobs.eligible[lo])
+    prior = np.flatnonzero(ref.end[:lo] >= t0)
+    rows = np.concatenate((prior, np.arange(lo, hi)))
+    s = Stepper(take(jobs, rows, t0), cl)
+    running = [(k, int(ref.start[r]) - t0, int(ref.end[r]) - t0)
+               for k, r in enumerate(prior.tolist()) if ref.start[r] < t0]
+    assert s.warm(0, running) == 0
+    assert s.n_running == len(running) and s.n_pending == prior.size - len(running)
+    assert s.state.busy_nodes == sum(int(jobs.nodes[prior[k]]) for k, _, _ in running)
+    fifo_blocking(s)
+    res = s.result()
+    assert (res.start + t0).tolist() == ref.start[rows].tolist()
+    assert (res.end + t0).tolist() == ref.end[rows].tolist()
+    # the running jobs take no part in the reward: the rest add up to their slowdowns
+    # from the warm start on (what waited before it is done)
+    k = prior.size
+    waiting = np.ones(rows.size, dtype=bool)
+    waiting[[i for i, _, _ in running]] = False
+    run = np.maximum(res.end - res.start, 10.0)
+    accrued = (res.end - np.maximum(res.jobs.eligible, 0)) / run
+    lifted = np.maximum(accrued, 1.0)
+    lifted[:k] = accrued[:k]  # (a job that waited before the start is past 1 by then)
+    assert s.total_reward == pytest.approx(-lifted[waiting].sum(), rel=1e-9)
+
+
+def test_warm_start_refuses_misuse():
+    jobs, cl = synthetic("hpc", 60)
+    s = Stepper(jobs, cl)
+    s.advance()
+    with pytest.raises(RuntimeError, match="before any advance"):
+        s.warm(int(jobs.eligible[5]), [])
+    s = Stepper(jobs, cl)
+    t = int(jobs.eligible[10])
+    with pytest.raises(ValueError, match="started before"):
+        s.warm(t, [(3, t, t + 100)])  # starts at the warm moment: not running yet
+    with pytest.raises(ValueError, match="end at or after"):
+        s.warm(t, [(3, t - 50, t - 1)])  # already over

@@ -84,6 +84,8 @@ class EnvSpec:
             validation period or its first jobs).
         norm: Feature normalisation.
         train_rows: Rows ``[0, train_rows)`` are the training period.
+        incumbent: ``(start, end)`` per job of ``jobs`` in the Slurm baseline's replay,
+            where the training episodes warm-start from it (``train.warm_start``).
     """
 
     jobs: JobTable
@@ -92,11 +94,12 @@ class EnvSpec:
     eval: EnvConfig
     norm: Normalisation
     train_rows: int
+    incumbent: tuple[np.ndarray, np.ndarray] | None = None
 
     def make(self, evaluation: bool = False) -> SchedEnv:
         """A fresh environment (training or evaluation settings)."""
         return SchedEnv(self.jobs, self.cluster, self.eval if evaluation else self.train,
-                        self.norm)
+                        self.norm, incumbent=self.incumbent)
 
 
 @dataclass(frozen=True)

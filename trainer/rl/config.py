@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
 from slurm_plugin.helper.decide import SiteFactorRule
@@ -91,6 +91,10 @@ class TrainConfig:
     """The agent may hold while a job fits (the env's ``hold``); ``False`` trains a
     work-conserving agent, as the deployed policy is (it orders the queue, Slurm starts
     what fits)."""
+    warm_start: bool = False
+    """Training episodes start from the state the Slurm baseline's replay of the
+    whole table had at the window's first arrival (its queue and running jobs: the
+    env's ``warm_start``) instead of an empty cluster; validation is unchanged."""
     fairness: float = 0.0
     """Weight of the env's end-of-episode fairness term."""
     speed_model: str = "none"
@@ -168,13 +172,12 @@ class TrainConfig:
 
     def env_configs(self) -> tuple[EnvConfig, EnvConfig]:
         """The env settings of training episodes and of the validation episode."""
-        common = dict(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
-                      place=self.place, reward=self.reward, fairness=self.fairness,
-                      speed_model=self.speed_model, max_steps=self.max_steps,
-                      hold=self.hold)
-        return (EnvConfig(episode_jobs=self.episode_jobs, **common),  # type: ignore[arg-type]
-                EnvConfig(episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup,
-                          **common))  # type: ignore[arg-type]
+        common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
+                           place=self.place, reward=self.reward, fairness=self.fairness,
+                           speed_model=self.speed_model, max_steps=self.max_steps,
+                           hold=self.hold)
+        return (replace(common, episode_jobs=self.episode_jobs, warm_start=self.warm_start),
+                replace(common, episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""

@@ -62,6 +62,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from slurm_plugin.features import Normalisation
 
+from ..env import incumbent_times
 from ..policy import (
     PLACE_TRAINED,
     PolicyConfig,
@@ -71,7 +72,8 @@ from ..policy import (
     place_head_trained,
     save_checkpoint,
 )
-from ..sim.slurm import SchedulerOptions
+from ..sim.policies import BASELINES
+from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
@@ -131,11 +133,15 @@ def flat_validation(references: Mapping[str, Mapping[str, float]], metric: str,
 
 
 def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
-              norm: Normalisation | None = None) -> EnvSpec:
+              norm: Normalisation | None = None, *,
+              options: SchedulerOptions | None = None,
+              priority: PrioritySettings | None = None) -> EnvSpec:
     """The environments' data: training and validation periods (module docstring).
 
     ``episode_jobs`` is cut to the training period and ``val_jobs`` to the validation
-    period when they are longer.
+    period when they are longer. With ``config.warm_start``, the Slurm baseline
+    (``priority``, ``options``: Slurm's defaults when ``None``) replays the two periods
+    once, and training episodes start from its state (:func:`trainer.env.incumbent_times`).
 
     Raises:
         ValueError: If either period would be empty.
@@ -152,7 +158,13 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
     train_cfg = replace(train_cfg, episode_jobs=min(config.episode_jobs, n_train),
                         frag_samples=1)
     eval_cfg = replace(eval_cfg, episode_jobs=min(config.val_jobs or n_val, n_val))
-    return EnvSpec(table, cluster, train_cfg, eval_cfg, norm or Normalisation(), n_train)
+    incumbent = None
+    if config.warm_start:
+        pol, opts = BASELINES["slurm"].build(priority, options or SchedulerOptions())
+        incumbent = incumbent_times(table, cluster, pol, opts, config.speed_model,
+                                    config.seed)
+    return EnvSpec(table, cluster, train_cfg, eval_cfg, norm or Normalisation(), n_train,
+                   incumbent)
 
 
 @dataclass

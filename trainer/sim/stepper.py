@@ -67,6 +67,7 @@ __all__ = [
     "Stepper",
     "make_reward",
     "per_user_bsld",
+    "take",
     "window",
 ]
 
@@ -86,15 +87,28 @@ def window(jobs: JobTable, lo: int, hi: int, *, shift: bool = True) -> JobTable:
     """
     if not 0 <= lo < hi <= jobs.n:
         raise ValueError(f"window [{lo}, {hi}) is not a non-empty range of {jobs.n} jobs")
+    return take(jobs, np.arange(lo, hi), int(jobs.eligible[lo]) if shift else 0)
+
+
+def take(jobs: JobTable, rows: np.ndarray, t0: int = 0) -> JobTable:
+    """Rows ``rows`` (increasing) of ``jobs`` as a table of their own, times moved by ``-t0``.
+
+    As :func:`window`, for rows that need not be contiguous (a warm start's jobs still
+    in the system, then a window).
+
+    Raises:
+        ValueError: If ``rows`` is empty, out of bounds or not increasing.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if not rows.size or rows[0] < 0 or rows[-1] >= jobs.n or (np.diff(rows) <= 0).any():
+        raise ValueError(f"rows must be increasing indices of the {jobs.n} jobs")
     cols: dict[str, Any] = {}
     for f in fields(JobTable):
         v = getattr(jobs, f.name)
         if isinstance(v, np.ndarray) and not f.name.startswith("shape_"):
-            cols[f.name] = v[lo:hi].copy()
-    if shift:
-        t0 = int(jobs.eligible[lo])
-        cols["eligible"] -= t0
-        cols["submit"] -= t0
+            cols[f.name] = v[rows]
+    cols["eligible"] = cols["eligible"] - t0
+    cols["submit"] = cols["submit"] - t0
     out: JobTable = replace(jobs, **cols, skipped=Counter())
     return out
 
@@ -516,6 +530,85 @@ class Stepper:
         res = self._place(self.cluster, self.state, self.usable(row),
                           Request(self._nodes[row], c, g, excl), None)
         return None if res is None else res[0]
+
+    # ------------------------------------------------------------------ warm start
+    def warm(self, now: int, running: Sequence[tuple[int, int, int]]) -> int:
+        """Start at ``now`` from a moment of another replay, before any event.
+
+        Every job that arrived before ``now`` (eligible earlier) is in the system then:
+        those of ``running`` (``(row, start, end)``, started before ``now``, ending at
+        ``end`` >= ``now``) run, the others wait. Running jobs are placed, in order of
+        their start, by Slurm's topology/tree best fit on the cluster as the earlier
+        ones left it (the replay's own nodes are not kept: the counts are the same, the
+        layout may differ), expected to end at start + time limit, and complete at
+        ``end``. They take no part in the reward (what they waited is done) and feed
+        the user history when they end; the waiting jobs accrue reward from ``now``.
+
+        Returns:
+            How many running jobs found no place (left out; 0 when the replay's jobs
+            all fitted by count, as on whole-node clusters).
+
+        Raises:
+            RuntimeError: If the replay has already moved or started a job.
+            ValueError: If a running job arrived at or after ``now``, started at or after
+                it, or ended before it.
+        """
+        if self.stats["advances"] or self.stats["started"]:
+            raise RuntimeError("warm() must come before any advance or start")
+        first = int(np.searchsorted(self.jobs.eligible, now, side="left"))
+        run_rows: set[int] = set()
+        skipped = 0
+        seq = sorted(running, key=lambda x: (x[1], x[0]))
+        for row, start, end in seq:
+            if not (0 <= row < first and start < now <= end):
+                raise ValueError(f"running job row {row} (start {start}, end {end}) must have"
+                                 f" arrived and started before {now} and end at or after it")
+            run_rows.add(row)
+        self.now = int(now)
+        placed: list[tuple[int, int, int]] = []
+        for row, start, end in seq:
+            _, excl, c, g, m = self._sh[self._shape[row]]
+            got = self._place(self.cluster, self.state, self.usable(row),
+                              Request(self._nodes[row], c, g, excl), None)
+            if got is None:
+                skipped += 1
+                continue
+            idx = np.asarray(got[0], dtype=np.int64)
+            nl = int(np.unique(self.cluster.leaf_of[idx]).size)
+            if self._on_start is not None:
+                self._on_start(row, idx, nl, int(start))
+            exp = int(start) + self._limit[row]
+            if excl:
+                self.state.allocate_whole(idx, exp, int(end))
+                self._job_nodes[row] = idx
+            else:
+                self._job_slots[row] = self.state.allocate_shared(idx, c, g, m, exp, int(end))
+            self.n_running += 1
+            self.start_time[row] = int(start)
+            self.end_time[row] = int(end)
+            self.leaves[row] = nl
+            self.inv_run[row] = 1.0 / max(int(end) - int(start), self.tau)
+            self._seq += 1
+            heapq.heappush(self._heap, (int(end), self._seq, row))
+            placed.append((row, start, end))
+        waiting = [r for r in range(first) if r not in run_rows]
+        self._pending = waiting
+        self._pending_arr = None
+        self.in_system[waiting] = True
+        # a running job left out never runs here: count it as done (it is not scored)
+        done = {r for r, _, _ in placed}
+        for row, start, end in seq:
+            if row not in done:
+                self.start_time[row] = int(start)
+                self.end_time[row] = int(end)
+                self._finished += 1
+        self._next = first
+        self._next_sample = max(self._next_sample, self.now)
+        self.stats["warm_running"] = len(placed)
+        self.stats["warm_pending"] = len(waiting)
+        self.stats["warm_skipped"] = skipped
+        self._sample_util(self.now)
+        return skipped
 
     # ------------------------------------------------------------------ actions
     def _check_pending(self, row: int) -> None:
