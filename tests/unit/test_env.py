@@ -469,3 +469,44 @@ def test_warm_start_episode_starts_from_the_incumbent_state():
     # the same start replays identically
     env.reset(options={"start": lo})
     assert env.stepper.jobs.job_id.tolist() == st.jobs.job_id.tolist()
+
+
+@settings(max_examples=10, deadline=None)
+@given(kind=st.sampled_from(["gpu", "hpc"]), seed=st.integers(0, 2**16),
+       place=st.booleans(), speed=st.sampled_from(["none", "locality", "bandwidth"]))
+def test_warm_started_random_agents_never_over_allocate(kind, seed, place, speed):
+    """Shared nodes, the speed models, the placement phase: a warm start keeps the node
+    state consistent, the running jobs end when the incumbent's did, and all finishes."""
+    cfg = w.WorkloadConfig(kind=kind, num_jobs=120, seed=seed % 5)
+    sp = w.default_cluster(cfg)
+    cl = Cluster.from_spec(sp)
+    jobs = build_jobs(w.replay_records(w.generate(cfg), sp), cl)
+    start, end = incumbent_times(jobs, cl, make_policy("fifo"),
+                                 SchedulerOptions(bf_interval=0), speed)
+    env = SchedEnv(jobs, cl, EnvConfig(warm_start=True, place=place, episode_jobs=40,
+                                       max_jobs=8, max_candidates=4, speed_model=speed),
+                   incumbent=(start, end))
+    rng = np.random.default_rng(seed)
+    lo = int(rng.integers(1, jobs.n - 40 + 1))
+    _, info = env.reset(seed=seed, options={"start": lo})
+    st_ = env.stepper
+    t0 = int(jobs.eligible[lo])
+    prior = np.flatnonzero(end[:lo] >= t0)
+    ran = prior[start[prior] < t0]
+    check_state(env)
+    done = False
+    while not done:
+        ok = legal(info)
+        assert ok.size
+        _, _, term, trunc, info = env.step(int(rng.choice(ok)))
+        check_state(env)
+        done = term or trunc
+    assert term
+    res = env.result()
+    k = {int(r): i for i, r in enumerate(prior.tolist())}
+    placed = [k[int(r)] for r in ran.tolist()]
+    assert st_.stats["warm_running"] + st_.stats["warm_skipped"] == ran.size
+    if not st_.stats["warm_skipped"]:
+        assert (res.end[placed] == end[ran] - t0).tolist() == [True] * ran.size
+    assert info["episode_metrics"]["jobs"] == 40
+    assert env.stepper.state.idle.all()

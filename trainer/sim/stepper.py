@@ -575,7 +575,8 @@ class Stepper:
                 continue
             idx = np.asarray(got[0], dtype=np.int64)
             nl = int(np.unique(self.cluster.leaf_of[idx]).size)
-            if self._on_start is not None:
+            if self._on_start is not None:  # (after run_time, as in start(): the protocol)
+                self.speed.run_time(self.jobs, self.cluster, row, idx, nl)
                 self._on_start(row, idx, nl, int(start))
             exp = int(start) + self._limit[row]
             if excl:
