@@ -260,15 +260,14 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         super().__init__()
         if jobs.n == 0:
             raise ValueError("the job table is empty: nothing to schedule")
-        if config is not None and config.warm_start and (
-                incumbent is None or len(incumbent[0]) != jobs.n
-                or len(incumbent[1]) != jobs.n):
-            raise ValueError("warm_start needs the incumbent's (start, end) per job of the"
-                             " table: incumbent_times(jobs, cluster, ...)")
-        self._incumbent = incumbent
         self.jobs = jobs
         self.cluster = cluster
         self.config = cfg = config or EnvConfig()
+        if cfg.warm_start and (incumbent is None or len(incumbent[0]) != jobs.n
+                               or len(incumbent[1]) != jobs.n):
+            raise ValueError("warm_start needs the incumbent's (start, end) per job of the"
+                             " table: incumbent_times(jobs, cluster, ...)")
+        self._incumbent = incumbent
         self.norm = norm or Normalisation()
         self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau)
         n_nodes = cluster.num_nodes
@@ -354,24 +353,25 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                 raise ValueError(f"options['start'] must lie in [0, {n - size}]")
         else:
             lo = int(self.np_random.integers(0, n - size + 1))
+        running: list[tuple[int, int, int]] | None = None
         if cfg.warm_start and lo > 0:
             assert self._incumbent is not None
             s_inc, e_inc = self._incumbent
             t0 = int(self.jobs.eligible[lo])
             prior = np.flatnonzero(e_inc[:lo] >= t0)  # still in the system at t0
-            warm = int(prior.size)
+            warm, hist_lo = int(prior.size), lo
             jobs = take(self.jobs, np.concatenate((prior, np.arange(lo, lo + size))), t0)
-            self._stepper = Stepper(jobs, self.cluster, cfg.speed_model,
-                                    reward=self.reward_fn, history=self._history(lo),
-                                    norm=self.norm, samples=cfg.frag_samples)
-            self._stepper.warm(0, [(k, int(s_inc[r]) - t0, int(e_inc[r]) - t0)
-                                   for k, r in enumerate(prior.tolist()) if s_inc[r] < t0])
+            running = [(k, int(s_inc[r]) - t0, int(e_inc[r]) - t0)
+                       for k, r in enumerate(prior.tolist()) if s_inc[r] < t0]
         else:
             warm = min(cfg.warmup_jobs, lo)  # rows before the window, replayed first
-            jobs = window(self.jobs, lo - warm, lo + size)
-            self._stepper = Stepper(jobs, self.cluster, cfg.speed_model,
-                                    reward=self.reward_fn, history=self._history(lo - warm),
-                                    norm=self.norm, samples=cfg.frag_samples)
+            hist_lo = lo - warm
+            jobs = window(self.jobs, hist_lo, lo + size)
+        self._stepper = Stepper(jobs, self.cluster, cfg.speed_model, reward=self.reward_fn,
+                                history=self._history(hist_lo), norm=self.norm,
+                                samples=cfg.frag_samples)
+        if running is not None:
+            self._stepper.warm(0, running)
         self._warm = warm
         self._window_jobs = size + warm
         self._max_steps = (cfg.max_steps if cfg.max_steps is not None

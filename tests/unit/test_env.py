@@ -459,9 +459,8 @@ def test_warm_start_episode_starts_from_the_incumbent_state():
     m = info["episode_metrics"]
     assert m["jobs"] == size  # the window's jobs only
     # the same window from an empty cluster waits less: the queue was not there
-    cold.reset(options={"start": lo})
+    _, info = cold.reset(options={"start": lo})
     done = False
-    info = cold._info()
     while not done:
         _, _, term, trunc, info = cold.step(earliest_fitting(info, cold.config.max_jobs))
         done = term or trunc

@@ -526,10 +526,14 @@ class Stepper:
     def best_fit(self, row: int) -> np.ndarray | None:
         """Slurm's topology/tree best fit for job ``row`` now, or ``None`` if it does not fit."""
         self._check_pending(row)
+        return self._tree_fit(row)
+
+    def _tree_fit(self, row: int) -> np.ndarray | None:
+        """:meth:`best_fit` for any job of the table (not checked to be pending)."""
         _, excl, c, g, _ = self._sh[self._shape[row]]
         res = self._place(self.cluster, self.state, self.usable(row),
                           Request(self._nodes[row], c, g, excl), None)
-        return None if res is None else res[0]
+        return None if res is None else np.asarray(res[0], dtype=np.int64)
 
     # ------------------------------------------------------------------ warm start
     def warm(self, now: int, running: Sequence[tuple[int, int, int]]) -> int:
@@ -565,47 +569,26 @@ class Stepper:
                                  f" arrived and started before {now} and end at or after it")
             run_rows.add(row)
         self.now = int(now)
-        placed: list[tuple[int, int, int]] = []
         for row, start, end in seq:
-            _, excl, c, g, m = self._sh[self._shape[row]]
-            got = self._place(self.cluster, self.state, self.usable(row),
-                              Request(self._nodes[row], c, g, excl), None)
-            if got is None:
+            idx = self._tree_fit(row)
+            if idx is None:  # left out: it never runs here, and counts as done (unscored)
                 skipped += 1
+                self.start_time[row] = int(start)
+                self.end_time[row] = int(end)
+                self._finished += 1
                 continue
-            idx = np.asarray(got[0], dtype=np.int64)
             nl = int(np.unique(self.cluster.leaf_of[idx]).size)
             if self._on_start is not None:  # (after run_time, as in start(): the protocol)
                 self.speed.run_time(self.jobs, self.cluster, row, idx, nl)
                 self._on_start(row, idx, nl, int(start))
-            exp = int(start) + self._limit[row]
-            if excl:
-                self.state.allocate_whole(idx, exp, int(end))
-                self._job_nodes[row] = idx
-            else:
-                self._job_slots[row] = self.state.allocate_shared(idx, c, g, m, exp, int(end))
-            self.n_running += 1
-            self.start_time[row] = int(start)
-            self.end_time[row] = int(end)
-            self.leaves[row] = nl
-            self.inv_run[row] = 1.0 / max(int(end) - int(start), self.tau)
-            self._seq += 1
-            heapq.heappush(self._heap, (int(end), self._seq, row))
-            placed.append((row, start, end))
+            self._occupy(row, idx, nl, int(start), int(end))
         waiting = [r for r in range(first) if r not in run_rows]
         self._pending = waiting
         self._pending_arr = None
         self.in_system[waiting] = True
-        # a running job left out never runs here: count it as done (it is not scored)
-        done = {r for r, _, _ in placed}
-        for row, start, end in seq:
-            if row not in done:
-                self.start_time[row] = int(start)
-                self.end_time[row] = int(end)
-                self._finished += 1
         self._next = first
         self._next_sample = max(self._next_sample, self.now)
-        self.stats["warm_running"] = len(placed)
+        self.stats["warm_running"] = len(seq) - skipped
         self.stats["warm_pending"] = len(waiting)
         self.stats["warm_skipped"] = skipped
         self._sample_util(self.now)
@@ -640,27 +623,30 @@ class Stepper:
         run = int(self.speed.run_time(self.jobs, self.cluster, row, idx, nl))
         if self._on_start is not None:
             self._on_start(row, idx, nl, t)
+        self._occupy(row, idx, nl, t, t + run)
+        self._pending.remove(row)
+        self._pending_arr = None
+        self._add(self.reward.started(self, row, run))
+        self.stats["started"] += 1
+        self._sample_util(t)
+        return run
+
+    def _occupy(self, row: int, idx: np.ndarray, nl: int, start: int, aend: int) -> None:
+        """Job ``row`` runs on nodes ``idx`` (``nl`` leaves) from ``start`` until ``aend``."""
         _, excl, c, g, m = self._sh[self._shape[row]]
-        aend = t + run
-        exp = t + self._limit[row]
+        exp = start + self._limit[row]
         if excl:
             self.state.allocate_whole(idx, exp, aend)
             self._job_nodes[row] = idx
         else:
             self._job_slots[row] = self.state.allocate_shared(idx, c, g, m, exp, aend)
-        self._pending.remove(row)
-        self._pending_arr = None
         self.n_running += 1
-        self.start_time[row] = t
+        self.start_time[row] = start
         self.end_time[row] = aend
         self.leaves[row] = nl
-        self._add(self.reward.started(self, row, run))
-        self.inv_run[row] = 1.0 / max(run, self.tau)
+        self.inv_run[row] = 1.0 / max(aend - start, self.tau)
         self._seq += 1
         heapq.heappush(self._heap, (aend, self._seq, row))
-        self.stats["started"] += 1
-        self._sample_util(t)
-        return run
 
     def advance(self) -> Advance:
         """Move to the next event time and process every event there (module docstring).
