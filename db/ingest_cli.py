@@ -98,8 +98,10 @@ def print_summary(cluster: str, source: str, summary: Any) -> None:
         click.echo(f"  watermark {when}")
 
 
-def _utc_epoch(t: datetime) -> int:
-    return int(t.timestamp())
+def _utc_epoch(t: datetime, *, ceil: bool = False) -> int:
+    """Epoch seconds of ``t``, truncated (or rounded up with ``ceil``, for exclusive ends)."""
+    secs = int(t.timestamp())
+    return secs + 1 if ceil and t.microsecond else secs
 
 
 db_option = click.option(
@@ -294,7 +296,9 @@ def ingest_slurmdbd(source_url: str, url: str | None, cluster: str, since: str |
 
     t1 = parse_when(until)
     t0 = parse_when(since) if since is not None else _resume_point(url, cluster, "slurmdbd")
-    window = (None if t0 is None else _utc_epoch(t0), _utc_epoch(t1))
+    # the query keeps jobs submitted strictly before ``until``, to the second: rounded up,
+    # a job submitted in the same second as ``--until`` (or now) is not lost
+    window = (None if t0 is None else _utc_epoch(t0), _utc_epoch(t1, ceil=True))
     try:
         items = read_slurmdbd(source_url, cluster, since=window[0], until=window[1])
         run_ingest(url, cluster, None, "slurmdbd", items, strict=strict, window=window,

@@ -13,7 +13,7 @@ import shlex
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from . import parse
 from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist
@@ -170,7 +170,9 @@ class CliSlurmClient(SlurmClient):
         """
         if use_json is None and self.version() < (23, 2):
             use_json = False
-        window = ["-X", "-S", _utc(start), "-E", _utc(end)]
+        # sacct keeps jobs eligible strictly before -E, to the second: the end is rounded
+        # up so a job that became eligible in the same second as ``end`` is not lost
+        window = ["-X", "-S", _utc(start), "-E", _utc(end, ceil=True)]
         if all_users:
             window.insert(0, "--allusers")
         if states:
@@ -237,9 +239,12 @@ class CliSlurmClient(SlurmClient):
         self._update(job_id, "ReqNodeList=")
 
 
-def _utc(t: datetime) -> str:
+def _utc(t: datetime, *, ceil: bool = False) -> str:
+    """``t`` as sacct's UTC time to the second, truncated (or rounded up with ``ceil``)."""
     if t.tzinfo is not None:
         t = t.astimezone(timezone.utc).replace(tzinfo=None)
+    if ceil and t.microsecond:
+        t = t.replace(microsecond=0) + timedelta(seconds=1)
     return t.strftime("%Y-%m-%dT%H:%M:%S")
 
 

@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import values as v
@@ -242,11 +242,15 @@ def _array_ids(job: Any) -> tuple[int | None, int | None]:
     return array_job, task
 
 
-def _epoch(t: datetime) -> int:
-    """A datetime as epoch seconds; naive datetimes are taken as UTC (like the CLI backend)."""
+def _epoch(t: datetime, *, ceil: bool = False) -> int:
+    """A datetime as epoch seconds, truncated (or rounded up with ``ceil``).
+
+    Naive datetimes are taken as UTC (like the CLI backend).
+    """
     if t.tzinfo is None:
-        return calendar.timegm(t.timetuple())
-    return int(t.timestamp())
+        t = t.replace(tzinfo=timezone.utc)
+    secs = calendar.timegm(t.utctimetuple())
+    return secs + 1 if ceil and t.microsecond else secs
 
 
 # ------------------------------------------------------------------ conversions
@@ -573,7 +577,7 @@ class PySlurmClient(SlurmClient):
         mod = self.pyslurm
         want = {s.upper() for s in states}
         users = None if all_users else [os.getuid()]
-        window = (_epoch(start), _epoch(end))
+        window = (_epoch(start), _epoch(end, ceil=True))  # slurmdbd: eligible < end
 
         def load() -> list[AccountingJob]:
             db_filter = mod.db.JobFilter(start_time=window[0], end_time=window[1], users=users)

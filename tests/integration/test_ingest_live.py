@@ -63,6 +63,22 @@ def test_live_sacct_resumes_updates_and_matches_slurmdbd(
     # slurmctld hands records to slurmdbd a few seconds late
     wait_for(lambda: sacct_state(waiting) == "PENDING", what="sacct to record the pending job")
 
+    # a window ending within the second the job became eligible keeps it (sacct -E is
+    # exclusive to the second: the end is rounded up, else this job would be lost)
+    # (slurmdbd's query likewise keeps jobs submitted strictly before --until)
+    submitted, eligible = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", str(waiting), "-o", "Submit,Eligible"],
+        capture_output=True, text=True, timeout=30, env=dict(os.environ, TZ="UTC"),
+    ).stdout.strip().split("|")
+    edge, edge_dbd = (f"sqlite:///{tmp_path / n}" for n in ("edge.db", "edge-dbd.db"))
+    init_db(edge)
+    init_db(edge_dbd)
+    rlsched("ingest", "sacct", "--db", edge, "--since", "now-10m", "--until", f"{eligible}.5")
+    assert waiting in {j for j, _ in jobs_of(edge, ids)}, eligible
+    rlsched("ingest", "slurmdbd", DBD_URL, "--cluster", "testcluster", "--db", edge_dbd,
+            "--since", "now-10m", "--until", f"{submitted}.5")
+    assert waiting in {j for j, _ in jobs_of(edge_dbd, ids)}, submitted
+
     out = rlsched("ingest", "sacct", "--db", a, "--since", "now-10m", "--window", "2m")
     first = jobs_of(a, ids)
     states = {j.job_id: j.state for j in first.values()}

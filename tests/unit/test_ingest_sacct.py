@@ -113,3 +113,24 @@ def test_windows():
     assert all(a[1] == b[0] for a, b in zip(ws, ws[1:], strict=False))
     with pytest.raises(ValueError):
         list(sacct.windows(t0, t0 + timedelta(days=1), timedelta(0)))
+
+
+def test_sacct_window_end_rounds_up_to_the_second():
+    # sacct keeps jobs eligible strictly before -E, to the second: an end of 12:00:00.25
+    # asks for -E 12:00:01 so a job eligible at 12:00:00 is kept; the start rounds down
+    from slurm_plugin.slurm.cli_backend import CliSlurmClient
+
+    class Recording(CliSlurmClient):
+        def run(self, args):
+            calls.append(list(args))
+            return ""
+
+    calls: list[list[str]] = []
+    client = Recording()
+    client._version = (22, 5)
+    t0 = datetime(2026, 1, 1, 11, 50, 0, 900_000, tzinfo=timezone.utc)
+    client.sacct_output(t0, datetime(2026, 1, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc))
+    client.sacct_output(t0, datetime(2026, 1, 1, 12, 0, 0))  # naive UTC, whole second
+    for argv, end in zip(calls, ["2026-01-01T12:00:01", "2026-01-01T12:00:00"], strict=True):
+        assert argv[argv.index("-S") + 1] == "2026-01-01T11:50:00"
+        assert argv[argv.index("-E") + 1] == end

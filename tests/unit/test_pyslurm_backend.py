@@ -304,6 +304,17 @@ def test_accounting_filter_and_conversion(client):
     assert (timeout.array_job_id, timeout.array_task_id) == (12, 0)
 
 
+def test_accounting_window_end_rounds_up_to_the_second(client):
+    # slurmdbd keeps jobs eligible strictly before the end second: a job eligible in the
+    # same second as a sub-second end must stay in the window
+    start = datetime(2023, 11, 14, 0, 0, 0, 900_000)
+    client.accounting(start, datetime(2023, 11, 15, 0, 0, 0, 250_000, tzinfo=timezone.utc))
+    client.accounting(start, datetime(2023, 11, 15, 0, 0, 0))
+    flt, whole = fake.STATE.db_filters
+    assert flt.start_time == 1699920000 and flt.end_time == 1700006401
+    assert whole.end_time == 1700006400
+
+
 def test_accounting_states_and_own_user(client, monkeypatch):
     monkeypatch.setattr(pyslurm_backend.os, "getuid", lambda: 1000)
     fake.add_db_job(1, state="COMPLETED", user_id=1000)
