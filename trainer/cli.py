@@ -25,7 +25,8 @@ from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
 from .sim.speed import SPEED_MODELS
 
-__all__ = ["SimulateConfig", "compare", "load_input", "resolve", "run_baselines", "simulate"]
+__all__ = ["SimulateConfig", "build_sim", "compare", "load_input", "resolve", "run_baselines",
+           "simulate"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -370,3 +371,34 @@ def compare(json_: bool | None, **kwargs: Any) -> None:
     from .sim import metrics
 
     table(metrics.COMPARE_HEADERS, metrics.compare_rows([ms[n] for n in names]))
+
+
+@click.command("build-sim")
+@click.option("--force", is_flag=True, help="Rebuild even if a build matches the sources.")
+@click.option("--check", is_flag=True,
+              help="Only say which simulator this install runs (compiled or Python).")
+def build_sim(force: bool, check: bool) -> None:
+    """Compile the replay simulator with mypyc for faster replays (optional).
+
+    The same sources, compiled to C extensions (about twice as fast on deep queues;
+    the schedules are the same). Needs rlsched[native] (mypy, which brings mypyc) and a
+    C compiler with the Python headers; takes about a minute. The build is cached by a
+    hash of the sources and used only while it matches them; RLSCHED_SIM=python turns
+    it off, RLSCHED_SIM=native requires it.
+    """
+    from .sim import native
+
+    if check:
+        st = native.status()
+        where = f" ({st.path})" if st.path else ""
+        click.echo(f"simulator: {'compiled' if st.active else 'Python'}{where};"
+                   f" RLSCHED_SIM={st.mode}: {st.reason}")
+        return
+    click.echo(f"compiling {', '.join(native.MODULES)} with mypyc (about a minute)...",
+               err=True)
+    try:
+        path = native.build(force=force)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"compiled simulator in {path}; new processes use it"
+               " (check: rlsched build-sim --check)")

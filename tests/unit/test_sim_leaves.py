@@ -19,7 +19,7 @@ import pytest
 from db.records import TresCounts
 from slurm_plugin.cluster import ClusterSpec, NodeSpec
 from slurm_plugin.slurm.types import Switch, SwitchTree
-from trainer.sim import leaves, workload
+from trainer.sim import NATIVE, leaves, workload
 from trainer.sim.engine import EngineOptions, Simulator
 from trainer.sim.placement import Request, tree_best_fit
 from trainer.sim.policies import make_policy
@@ -115,6 +115,8 @@ def test_fast_path_same_schedule_deep_queue(policy: str, settings: str, window: 
     replay_pair(jobs, cl, policy, opts, settings)
 
 
+@pytest.mark.skipif(NATIVE.active, reason="spies on Simulator._deep_find, which the compiled"
+                    " engine calls natively: runs on the Python path (RLSCHED_SIM=python)")
 @pytest.mark.parametrize(("seed", "window", "switches"), [
     (11, 60, False), (12, 150, False), (13, 500, False), (14, 90, True)])
 def test_deep_walk_searches_what_the_last_pass_left(seed: int, window: int,

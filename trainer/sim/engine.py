@@ -85,9 +85,10 @@ import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from db.records import JobRecord
 from slurm_plugin.cluster import ClusterSpec
@@ -163,7 +164,7 @@ class Reservation:
 
     __slots__ = ("extra", "job", "nodes", "part", "serial", "shadow", "spare_c", "spare_g",
                  "spare_m", "version", "whole")
-    _serials = itertools.count()
+    _serials: ClassVar[itertools.count[int]] = itertools.count()
 
     def __init__(self, job: int, part: int, shadow: int, *, extra: int = 0,
                  nodes: np.ndarray | None = None, spare_c: np.ndarray | None = None,
@@ -269,6 +270,7 @@ class SimResult:
         return self.placements[int(idx[0])]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (tests record through subclasses)
 class Simulator:
     """One replay of a job table on a cluster under a policy (see the module docstring).
 
@@ -349,18 +351,19 @@ class Simulator:
         self.placements: dict[int, tuple[str, ...]] | None = (
             {} if self.eng.keep_placements else None)
         # python lists of hot per-job columns (scalar access is faster than numpy's)
-        self._part = jobs.part.tolist()
-        self._shape = jobs.shape.tolist()
-        self._nodes = jobs.nodes.tolist()
-        self._limit = jobs.limit.tolist()
-        self._run = jobs.run.tolist()
-        self._elig = jobs.eligible.tolist()
-        self._user = jobs.user.tolist()
-        self._switches = jobs.switches.tolist()
-        self._sw_wait = jobs.switches_wait.tolist()
-        self._sh = list(zip(jobs.shape_part.tolist(), jobs.shape_excl.tolist(),
-                            jobs.shape_c.tolist(), jobs.shape_g.tolist(),
-                            jobs.shape_m.tolist(), strict=True))
+        # (typed: the compiled engine, trainer.sim.native, reads them as machine ints)
+        self._part: list[int] = jobs.part.tolist()
+        self._shape: list[int] = jobs.shape.tolist()
+        self._nodes: list[int] = jobs.nodes.tolist()
+        self._limit: list[int] = jobs.limit.tolist()
+        self._run: list[int] = jobs.run.tolist()
+        self._elig: list[int] = jobs.eligible.tolist()
+        self._user: list[int] = jobs.user.tolist()
+        self._switches: list[int] = jobs.switches.tolist()
+        self._sw_wait: list[int] = jobs.switches_wait.tolist()
+        self._sh: list[tuple[int, bool, int, int, int]] = list(zip(
+            jobs.shape_part.tolist(), jobs.shape_excl.tolist(), jobs.shape_c.tolist(),
+            jobs.shape_g.tolist(), jobs.shape_m.tolist(), strict=True))
         self._n_shapes = len(self._sh)
         self._cap_c = int(cluster.cap_c.max())
         # caches of usable-node masks and counts, valid for one node-state version
@@ -625,7 +628,7 @@ class Simulator:
                 not k or not keys.size or bool(keys[0] - self.pkeys[k - 1] >= 0))
         else:
             ok = (dk > 0) | ((dk == 0) & (sub[1:] > sub[:-1]))
-            same = np.count_nonzero(ok) == ok.size
+            same = bool(np.count_nonzero(ok) == ok.size)
         if same:
             # same order (ties by arrival): the passes already made stand; keys moved
             self.pkeys[k:upto] = keys
@@ -1237,7 +1240,7 @@ class Simulator:
             known = None  # nothing it knows lies behind the head, or the limit fits more
         newer: list[int] = []  # the window's jobs past what is known, in index order
         if known is not None and last > known[0]:
-            k = lo + int(np.searchsorted(qj[lo:lo + m], known[0], side="right"))
+            k = lo + int(qj[lo:lo + m].searchsorted(known[0], side="right"))
             newer = qj[k:lo + m].tolist()
         ok = True
         free = extra = 0
@@ -1285,7 +1288,9 @@ class Simulator:
             # more than extra_k nodes, at most extra (and what is free): the first one
             top = min(extra, free, free_k)
             if top > extra_k:
-                for v in bvals[bisect.bisect_right(bvals, extra_k):]:
+                nv = len(bvals)
+                for i in range(bisect.bisect_right(bvals, extra_k), nv):
+                    v = bvals[i]
                     if v > top:
                         break
                     b = bucket[v]
@@ -1296,7 +1301,8 @@ class Simulator:
             if free <= free_k:
                 return best
             lo_v = free_k  # and more than free_k nodes, as below
-        for v in bvals[bisect.bisect_right(bvals, lo_v):] if lo_v else bvals:
+        for i in range(bisect.bisect_right(bvals, lo_v) if lo_v else 0, len(bvals)):
+            v = bvals[i]
             if v > free:
                 break
             b = bucket[v]

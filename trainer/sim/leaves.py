@@ -58,9 +58,9 @@ class LeafState:
             raise ValueError("LeafState needs a homogeneous cluster whose partitions hold"
                              " every node and whose upper switches span every leaf")
         self.cluster = cluster
-        sizes = cluster.leaf_size.tolist()
+        sizes: list[int] = cluster.leaf_size.tolist()
         self._size = sizes
-        self._max = cluster.max_leaf
+        self._max: int = cluster.max_leaf
         self._cnt: list[int] = list(sizes)
         self._buckets: list[list[int]] = [[] for _ in range(self._max + 1)]
         for leaf, s in enumerate(sizes):
@@ -80,7 +80,7 @@ class LeafState:
         self.whole_only = True
         self._running: dict[int, tuple[int, Alloc]] = {}  # job -> (actual end, alloc)
         # leaf-major node order: leaf k's nodes are leaf_start[k]..+leaf_size[k]
-        self._start = cluster.leaf_start.tolist()
+        self._start: list[int] = cluster.leaf_start.tolist()
 
     # ------------------------------------------------------------------ placement
     def place(self, n: int) -> tuple[Alloc, int] | None:
@@ -242,7 +242,7 @@ class LeafState:
         w1: list[float] = []
         w2: list[float] = []
         for aend, alloc in self._running.values():
-            rem = aend - now
+            rem = float(aend - now)
             if rem <= 0:
                 continue
             r2 = rem * rem
