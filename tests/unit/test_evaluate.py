@@ -133,6 +133,32 @@ def test_restrict_keeps_the_test_jobs_and_their_time_span():
     assert m["makespan_s"] == t_end - t0
 
 
+def test_own_work_utilisation_counts_the_test_jobs_only():
+    jobs, cl = _table(300, interarrival=20.0)
+    r = _replay(jobs, cl)
+    whole = metrics.compute(r)["utilisation"]
+    assert whole["own_work"]["gpus"] == pytest.approx(whole["gpus"])  # GPUs: no sharing
+    lo = 200
+    sub = restrict(r, lo)
+    u = metrics.compute(sub)["utilisation"]
+    t0, t_end = int(jobs.eligible[lo]), int(r.end[lo:].max())
+    secs = (r.end[lo:] - r.start[lo:]) * jobs.nodes[lo:] * jobs.gpus[lo:]
+    assert u["own_work"]["gpus"] == pytest.approx(secs.sum() / (cl.total_gpus * (t_end - t0)))
+    # warm-up jobs still running at the first test arrival count in the time mean only
+    assert (r.end[:lo] > t0).any()
+    assert u["own_work"]["gpus"] < u["gpus"]
+
+
+def test_utilisation_check_reports_own_work_without_checking_it():
+    ms = {"net": _m(6.0, util=0.80), "slurm": _m(10.0, util=0.81), "sjf": _m(8.0)}
+    ms["net"]["utilisation"]["own_work"] = {"nodes": 0.4, "gpus": 0.79}
+    ms["slurm"]["utilisation"]["own_work"] = {"nodes": 0.4, "gpus": 0.78}
+    c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["utilisation"]
+    assert c["ok"] is False  # decided by the time mean
+    assert "own work 0.790 vs 0.780" in c["detail"]
+    assert c["own_work"] == {"value": 0.79, "slurm": 0.78}
+
+
 def test_restrict_at_zero_is_the_replay_and_rejects_out_of_range():
     jobs, cl = _table(40)
     r = _replay(jobs, cl)

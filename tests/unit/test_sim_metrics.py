@@ -52,6 +52,9 @@ def test_metrics_of_a_known_schedule():
     # node utilisation: 2/4 for 100 s, 4/4 for 10 s, 1/4 for 5 s, over 115 s
     assert m["utilisation"]["nodes"] == pytest.approx((0.5 * 100 + 1 * 10 + 0.25 * 5) / 115)
     assert m["utilisation"]["gpus"] is None
+    # the jobs' own node-seconds over the span: the same for a whole replay
+    assert m["utilisation"]["own_work"] == {
+        "nodes": pytest.approx((2 * 100 + 4 * 10 + 1 * 5) / (4 * 115)), "gpus": None}
     assert m["single_leaf_share"] == pytest.approx(0.5)  # job 1 in one leaf, job 2 in two
     json.dumps(m)  # JSON-able
     rows = dict(metrics.table_rows(m))

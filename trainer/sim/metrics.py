@@ -11,7 +11,11 @@ Per job (times from the job's eligible time, which is the submit time for traces
   that did not wait, 0 if it did).
 
 Per run: mean/median/p95/p99/max of wait, run, JCT and bsld; makespan (last end - first
-arrival); node, CPU and GPU utilisation over time (time-weighted means and a series);
+arrival); node, CPU and GPU utilisation over time (time-weighted means and a series),
+and ``own_work``: the run's jobs' own node- and GPU-seconds over the capacity from their
+first arrival to their last end (the same as the time mean for a whole replay; for a
+test period replayed after a warm-up, :func:`trainer.evaluate.restrict`, the time mean
+also counts warm-up jobs still running in the period, ``own_work`` does not);
 the fragmentation index over time; mean execution effectiveness; the share of
 multi-node jobs kept within one leaf switch (only when the cluster has a switch tree);
 fairness: Jain's index ``(sum x)^2 / (n sum x^2)`` of the users' mean bounded
@@ -167,11 +171,19 @@ def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[st
     else:
         per_user = np.zeros(0)
     total_g = cl.total_gpus
-    util = {
+    util: dict[str, Any] = {
         "nodes": _time_mean(result.util_t, result.util_nodes / cl.num_nodes, t_end),
         "cpus": _time_mean(result.util_t, result.util_cpus / cl.total_cpus, t_end),
         "gpus": (_time_mean(result.util_t, result.util_gpus / total_g, t_end)
                  if total_g else None),
+    }
+    span = float(t_end - t0)
+    ran = (result.start >= 0) & (result.end >= result.start)
+    secs = np.where(ran, result.end - result.start, 0).astype(np.float64)
+    util["own_work"] = {
+        "nodes": float((secs * jobs.nodes).sum() / (cl.num_nodes * span)) if span > 0 else 0.0,
+        "gpus": (float((secs * jobs.nodes * jobs.gpus).sum() / (total_g * span))
+                 if span > 0 else 0.0) if total_g else None,
     }
     st, sn = _series(result.util_t, result.util_nodes / cl.num_nodes, t_end, series_points)
     _, sc = _series(result.util_t, result.util_cpus / cl.total_cpus, t_end, series_points)
