@@ -95,6 +95,23 @@ def test_a_build_missing_a_module_is_not_used(fresh, monkeypatch):
     assert not st.active and native.MODULES[-1] in st.reason
 
 
+def test_a_build_that_does_not_load_is_not_used(fresh, monkeypatch):
+    digest = native.source_hash()
+    dest = native.build_dir(digest)
+    fake_build(dest, digest)
+    lib = dest / "deadbeef0123456789ab__mypyc.cpython-311-x86_64-linux-gnu.so"
+    lib.write_bytes(b"not a shared library")
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    path: list[str] = []
+    st = native.activate(path)
+    assert not st.active and "does not load" in st.reason and lib.name in st.reason
+    assert path == [] and str(dest) not in sys.path  # nothing of it left on the paths
+    monkeypatch.setattr(native, "_status", None)
+    monkeypatch.setenv("RLSCHED_SIM", "native")
+    with pytest.raises(ImportError, match="build-sim --force"):
+        native.activate([])
+
+
 def test_native_mode_refuses_without_a_build_and_says_how(fresh, monkeypatch):
     monkeypatch.setenv("RLSCHED_SIM", "native")
     with pytest.raises(ImportError, match="rlsched build-sim"):

@@ -157,9 +157,31 @@ def activate(package_path: list[str]) -> NativeStatus:
         _status = NativeStatus(mode, False, None, why)
         return _status
     sys.path.append(str(path))  # mypyc's shared library is a top-level module
+    broken = _load_shared(path)
+    if broken is not None:  # (e.g. made on a machine with another C library)
+        sys.path.remove(str(path))
+        if mode == "native":
+            raise ImportError(f"RLSCHED_SIM=native: the build in {path} does not load"
+                              f" ({broken}); run 'rlsched build-sim --force' on this machine")
+        _status = NativeStatus(mode, False, None, f"the build in {path} does not load"
+                               f" ({broken}): 'rlsched build-sim --force' rebuilds it")
+        return _status
     package_path.insert(0, str(path / "trainer" / "sim"))
     _status = NativeStatus(mode, True, path, "compiled build matches the sources")
     return _status
+
+
+def _load_shared(path: Path) -> str | None:
+    """Import the build's shared library (mypyc's runtime and code); why not, or None."""
+    import importlib
+
+    for lib in sorted(path.glob("*__mypyc.*.so")):
+        name = lib.name.split(".", 1)[0]
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            return f"{lib.name}: {exc}"
+    return None
 
 
 def status() -> NativeStatus:
