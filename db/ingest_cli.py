@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from slurm_plugin.cluster import ClusterSpec
-from slurm_plugin.when import parse_span, parse_when
+from slurm_plugin.when import epoch_s, parse_span, parse_when
 
 from .records import JobRecord, Parsed
 
@@ -98,10 +98,6 @@ def print_summary(cluster: str, source: str, summary: Any) -> None:
         click.echo(f"  watermark {when}")
 
 
-def _utc_epoch(t: datetime, *, ceil: bool = False) -> int:
-    """Epoch seconds of ``t``, truncated (or rounded up with ``ceil``, for exclusive ends)."""
-    secs = int(t.timestamp())
-    return secs + 1 if ceil and t.microsecond else secs
 
 
 db_option = click.option(
@@ -167,7 +163,7 @@ def ingest_sacct(url: str | None, dump: Path | None, cluster: str | None, since:
                f" {n_windows} window(s) of {step}", err=True)
     items = src.read_live(client, t0, t1, window=parse_span(step), use_json=use_json)
     run_ingest(url, name, spec, "sacct", items, strict=strict,
-               window=(_utc_epoch(t0), _utc_epoch(t1)), watermark=_utc_epoch(t1),
+               window=(epoch_s(t0), epoch_s(t1)), watermark=epoch_s(t1),
                label="sacct")
 
 
@@ -298,7 +294,7 @@ def ingest_slurmdbd(source_url: str, url: str | None, cluster: str, since: str |
     t0 = parse_when(since) if since is not None else _resume_point(url, cluster, "slurmdbd")
     # the query keeps jobs submitted strictly before ``until``, to the second: rounded up,
     # a job submitted in the same second as ``--until`` (or now) is not lost
-    window = (None if t0 is None else _utc_epoch(t0), _utc_epoch(t1, ceil=True))
+    window = (None if t0 is None else epoch_s(t0), epoch_s(t1, ceil=True))
     try:
         items = read_slurmdbd(source_url, cluster, since=window[0], until=window[1])
         run_ingest(url, cluster, None, "slurmdbd", items, strict=strict, window=window,

@@ -34,6 +34,18 @@ def parse_when(value: str, *, now: datetime | None = None) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+def epoch_s(t: datetime, *, ceil: bool = False) -> int:
+    """Epoch seconds of ``t`` (naive: UTC), truncated, or with ``ceil`` rounded up.
+
+    Round up an exclusive window end: Slurm's accounting bounds are whole seconds, so a
+    job in the same second as a sub-second end would otherwise fall outside.
+    """
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    secs = int(t.timestamp())
+    return secs + 1 if ceil and t.microsecond else secs
+
+
 def parse_span(value: str) -> timedelta:
     """``1d``, ``12h``, ``30m``, ``2w``, ``90s`` as a timedelta.
 

@@ -420,16 +420,17 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
 
 
 # ---------------------------------------------------------------------------- targets
-def _util(m: Mapping[str, Any]) -> float:
-    u = m["utilisation"]
+def _gpus_else_nodes(u: Mapping[str, Any]) -> float:
     return float(u["gpus"] if u.get("gpus") is not None else u["nodes"])
+
+
+def _util(m: Mapping[str, Any]) -> float:
+    return _gpus_else_nodes(m["utilisation"])
 
 
 def _own_work(m: Mapping[str, Any]) -> float | None:
     u = m["utilisation"].get("own_work")
-    if u is None:
-        return None
-    return float(u["gpus"] if u.get("gpus") is not None else u["nodes"])
+    return None if u is None else _gpus_else_nodes(u)
 
 
 def _check(name: str, ok: bool | None, value: float | None, threshold: float | None,

@@ -13,8 +13,9 @@ import shlex
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
+from ..when import epoch_s
 from . import parse
 from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist
 from .errors import SlurmError
@@ -241,11 +242,8 @@ class CliSlurmClient(SlurmClient):
 
 def _utc(t: datetime, *, ceil: bool = False) -> str:
     """``t`` as sacct's UTC time to the second, truncated (or rounded up with ``ceil``)."""
-    if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc).replace(tzinfo=None)
-    if ceil and t.microsecond:
-        t = t.replace(microsecond=0) + timedelta(seconds=1)
-    return t.strftime("%Y-%m-%dT%H:%M:%S")
+    return datetime.fromtimestamp(epoch_s(t, ceil=ceil), timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S")
 
 
 def _no_json_option(exc: SlurmError) -> bool:

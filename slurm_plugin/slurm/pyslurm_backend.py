@@ -36,15 +36,15 @@ once instead of piling up more threads on an unresponsive slurmctld.
 
 from __future__ import annotations
 
-import calendar
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..when import epoch_s
 from . import values as v
 from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist
 from .errors import SlurmError
@@ -247,10 +247,7 @@ def _epoch(t: datetime, *, ceil: bool = False) -> int:
 
     Naive datetimes are taken as UTC (like the CLI backend).
     """
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
-    secs = calendar.timegm(t.utctimetuple())
-    return secs + 1 if ceil and t.microsecond else secs
+    return epoch_s(t, ceil=ceil)
 
 
 # ------------------------------------------------------------------ conversions

@@ -180,10 +180,11 @@ def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[st
     span = float(t_end - t0)
     ran = (result.start >= 0) & (result.end >= result.start)
     secs = np.where(ran, result.end - result.start, 0).astype(np.float64)
+    node_s = secs * jobs.nodes
+    per = 1.0 / span if span > 0 else 0.0
     util["own_work"] = {
-        "nodes": float((secs * jobs.nodes).sum() / (cl.num_nodes * span)) if span > 0 else 0.0,
-        "gpus": (float((secs * jobs.nodes * jobs.gpus).sum() / (total_g * span))
-                 if span > 0 else 0.0) if total_g else None,
+        "nodes": float(node_s.sum() / cl.num_nodes * per),
+        "gpus": float((node_s * jobs.gpus).sum() / total_g * per) if total_g else None,
     }
     st, sn = _series(result.util_t, result.util_nodes / cl.num_nodes, t_end, series_points)
     _, sc = _series(result.util_t, result.util_cpus / cl.total_cpus, t_end, series_points)
