@@ -354,8 +354,9 @@ def compare(json_: bool | None, **kwargs: Any) -> None:
     """Replay the same jobs under every baseline and print one comparison table.
 
     Baselines: slurm (as configured), fifo, sjf (with and without backfill), the seed
-    heuristics sif, saf, dsif, lrf, spf, tetris, drf, random, and the placements
-    gandiva and sched2-pack. With --out, writes compare.json (one metrics object per
+    heuristics sif, saf, dsif, lrf, spf, tetris, drf, random, the placements
+    gandiva and sched2-pack, and sef (shortest run time estimated from the user's
+    history, rlsched's own). With --out, writes compare.json (one metrics object per
     baseline), config.json and plots.
     """
     cfg = resolve(json=json_, **kwargs)

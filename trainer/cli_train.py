@@ -25,7 +25,8 @@ Any other baseline name of :data:`trainer.sim.policies.BASELINES` imitates a rep
 that baseline: a stronger teacher than the incumbent (DL² warm-starts from the
 incumbent). SIF, SAF, DSIF and SPF order by the recorded run time, which the net only
 sees estimated: imitating them teaches the net to approximate an oracle from its
-features.
+features. SEF orders by that very estimate (the user's history), so the net can
+imitate it exactly.
 """
 
 from __future__ import annotations
@@ -267,7 +268,8 @@ def _imitation_options(fn: F) -> F:
                      help="Decisions to imitate: the records' own starts (history), a"
                           " replay of the Slurm baseline (slurm) or of another baseline"
                           " (e.g. sjf; sif and spf read the recorded run time, which the"
-                          " net only estimates), or auto (default: slurm when no record"
+                          " net only estimates; sef orders by the estimate the net"
+                          " sees), or auto (default: slurm when no record"
                           " waited, else history)."),
     ]
     for opt in reversed(opts):

@@ -29,9 +29,10 @@ Test replay (:func:`evaluate`)
 Quality targets (:func:`check_targets`, issue 5), for the first model:
 
 - mean bounded slowdown at least ``bsld_reduction`` (30%) below the Slurm baseline's,
-  and below the best heuristic's (the best mean bsld among the other baselines: FIFO,
-  SJF, the seed heuristics and placements; that includes SIF, which orders by the
-  recorded run time, an oracle);
+  and below the best heuristic's (the best mean bsld among the other seed baselines:
+  FIFO, SJF, the seed heuristics and placements; that includes SIF, which orders by the
+  recorded run time, an oracle; not rlsched's own ``sef``, which the table shows and
+  which ``train --imitate-from sef`` may have taught the policy);
 - p99 wait at most ``p99_slack`` (10%) above the Slurm baseline's;
 - utilisation (GPUs, or nodes on a cluster without GPUs) not lower than the Slurm
   baseline's (the time mean from the first test arrival; the check also reports, without
@@ -39,7 +40,7 @@ Quality targets (:func:`check_targets`, issue 5), for the first model:
   :func:`trainer.sim.metrics.compute`, which warm-up jobs do not count in);
 - with a placement-dependent speed model (``locality_targets``, by default when the
   speed model is not ``none``; the Philly target): mean JCT at least ``jct_factor``
-  (1.5x) lower than the best heuristic's (the best mean JCT among the other
+  (1.5x) lower than the best heuristic's (the best mean JCT among the other seed
   baselines), and a larger share of multi-node jobs within one leaf switch than both
   the Slurm baseline and that heuristic (the simulator measures multi-node jobs: a
   multi-GPU job within one 8-GPU server is within one leaf by construction).
@@ -78,7 +79,7 @@ from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import history_before
 from .sim.placement import PLACEMENTS, Request
-from .sim.policies import BASELINES, Policy, ScoreContext
+from .sim.policies import BASELINES, Policy, ScoreContext, Sef
 from .sim.slurm import PrioritySettings, SchedulerOptions
 from .sim.state import Cluster, JobTable, NodeState
 from .sim.stepper import window
@@ -344,6 +345,10 @@ class StarvationGuard(Policy):
         """The inner policy's placement."""
         return self.inner.place(cluster, state, usable, req, leaf_counts)
 
+    def bind(self, sim: Any) -> None:
+        """Bind the inner policy (:meth:`Policy.bind`)."""
+        self.inner.bind(sim)
+
 
 class FixedPlacement(Policy):
     """A policy's job order with a named placement instead of its own.
@@ -367,6 +372,10 @@ class FixedPlacement(Policy):
               leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
         """The named placement."""
         return super().place(cluster, state, usable, req, leaf_counts)
+
+    def bind(self, sim: Any) -> None:
+        """Bind the inner policy (:meth:`Policy.bind`)."""
+        self.inner.bind(sim)
 
 
 def load_policy(path: str | os.PathLike[str], *, history: Any = None,
@@ -450,8 +459,8 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         policy: The learned policy's name.
         config: The thresholds.
         locality: Also check the JCT and leaf-locality targets.
-        heuristics: Names the "best heuristic" is taken among (default: every name
-            but ``policy``, ``slurm`` and other learned policies, i.e. the baselines).
+        heuristics: Names the "best heuristic" is taken among (default: the seed
+            baselines, :attr:`~trainer.sim.policies.Baseline.seed`, but ``slurm``).
 
     Returns:
         ``{"policy", "best_heuristic": {"bsld", "jct"}, "checks": [...], "passed"}``
@@ -464,7 +473,8 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
     """
     if policy not in ms or SLURM not in ms:
         raise KeyError(f"check_targets needs metrics of {policy!r} and {SLURM!r}; have {list(ms)}")
-    names = [h for h in (heuristics if heuristics is not None else BASELINES)
+    seeds = [b for b, x in BASELINES.items() if x.seed]
+    names = [h for h in (heuristics if heuristics is not None else seeds)
              if h in ms and h not in (policy, SLURM)]
     p, s = ms[policy], ms[SLURM]
     best_b = min(names, key=lambda h: (float(ms[h]["bsld"]["mean"]), h)) if names else None
@@ -717,7 +727,10 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
-            return BASELINES[name].build(prio, opts)
+            pol, o = BASELINES[name].build(prio, opts)
+            if isinstance(pol, Sef):  # the users' history before the test period, as a
+                pol.history = history(pol.norm)  # learned policy's (then its completions)
+            return pol, o
         runs.append((name, baseline))
 
     results: dict[str, SimResult] = {}
@@ -740,7 +753,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                 else speed_model != "none")
     first = next(iter(models), None)
     targets = (check_targets(ms, first, cfg, locality=locality,
-                             heuristics=[b for b in cfg.baselines if b != SLURM])
+                             heuristics=[b for b in cfg.baselines
+                                         if b != SLURM and BASELINES[b].seed])
                if first is not None else None)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
     if out is not None:

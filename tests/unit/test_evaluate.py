@@ -206,6 +206,46 @@ def test_targets_fail_by_hand(net, failing):
     assert {c["name"] for c in res["checks"] if c["ok"] is False} == failing
 
 
+def test_best_heuristic_is_a_seed_one_not_rlscheds_own():
+    ms = {"net": _m(6.0), "slurm": _m(10.0), "sjf": _m(8.0), "sef": _m(5.0)}
+    res = check_targets(ms, "net", EvalConfig(), locality=False)  # default: seed baselines
+    assert res["best_heuristic"]["bsld"] == "sjf" and res["passed"]
+    res = check_targets(ms, "net", EvalConfig(), locality=False, heuristics=["sjf", "sef"])
+    assert res["best_heuristic"]["bsld"] == "sef" and not res["passed"]
+
+
+def test_evaluate_warm_starts_sef_and_leaves_it_out_of_the_targets(monkeypatch):
+    import trainer.evaluate as ev
+
+    jobs, cl = _table(200)
+    calls = []
+    real = ev.user_history
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        calls.append((a[2], out))
+        return out
+
+    monkeypatch.setattr(ev, "user_history", spy)
+    seen = []
+    real_run = Simulator.run
+
+    def run(self):
+        seen.append(self.policy)
+        return real_run(self)
+
+    monkeypatch.setattr(Simulator, "run", run)
+    cfg = EvalConfig(baselines=("slurm", "sjf", "sef"))
+    res = evaluate(jobs, cl, {"mine": make_policy("fifo")}, cfg)
+    # one history, for sef: the jobs before the replayed rows (warm-up 20, test at 160)
+    assert [lo for lo, _ in calls] == [140]
+    sef = [p for p in seen if p.name == "sef"]
+    assert len(sef) == 1 and sef[0].history is calls[0][1]
+    assert calls[0][1].version > 0
+    assert res.targets["best_heuristic"]["bsld"] == "sjf"
+    assert "sef" in res.metrics
+
+
 def test_utilisation_check_shows_enough_digits_to_tell_which_is_lower():
     ms = {"net": _m(6.0, util=0.84612), "slurm": _m(10.0, util=0.84637), "sjf": _m(8.0)}
     c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["utilisation"]

@@ -193,6 +193,65 @@ def test_random_order_is_reproducible_per_seed():
     assert s1 != starts(replay(spec(4), recs, "random", seed=2)[0])
 
 
+def test_sef_orders_by_the_users_history_estimate():
+    from slurm_plugin.features import UserHistory
+
+    cl = Cluster.from_spec(spec(4))
+    recs = [job(1, 0, 200, limit=200, user="slow"), job(2, 1, 100, limit=1000, user="fast"),
+            job(3, 2, 300, limit=300, user="new"), job(4, 3, 10, user="fast", limit=0)]
+    jobs = build_jobs(recs, cl)
+    pol = make_policy("sef")
+    assert pol.dynamic and not pol.reads_state
+    hist = UserHistory(pol.norm)
+    for k in range(3):  # fast: run 10% of the limit; slow: all of it
+        hist.record("fast", T0 - 1000 + k, 100, 1000, 64)
+        hist.record("slow", T0 - 1000 + k, 500, 500, 64)
+    pol.history = hist
+    s = pol.score(jobs, np.arange(4), ctx(cl))
+    # estimates: 200 (slow, ratio 1), 100 (fast, 0.1), 150 (new: default ratio 0.5); job 4
+    # has no limit: the features' unknown limit, 86,400 s, times 0.1
+    assert not jobs.limit_known[3]
+    assert s.tolist() == pytest.approx([-200.0, -100.0, -150.0, -8640.0])
+    idx = np.arange(4)
+    assert [int(jobs.job_id[k]) for k in np.lexsort((idx, -s))][:3] == [2, 3, 1]
+    assert order("sjf", jobs, ctx(cl))[:3] != [2, 3, 1]  # the limits alone order otherwise
+
+
+def test_sef_learns_from_the_replays_completions():
+    # one node: job 1 (user fast, limit 1000, runs 100) runs first; jobs 2 (slow, limit
+    # 500) and 3 (fast, limit 1000) wait. With no history, 3's estimate (0.5 x 1000) is
+    # above 2's (0.5 x 500); once job 1 has ended, fast's ratio is 0.1: 3 goes first
+    recs = [job(1, 0, 100, limit=1000, user="fast"), job(2, 1, 500, limit=500, user="slow"),
+            job(3, 2, 100, limit=1000, user="fast")]
+    r, pol = replay(spec(1), recs, "sef")
+    assert starts(r) == {1: 0, 3: 100, 2: 200}
+    assert pol.history.version == 2  # jobs 1 and 3: what ended by the last scoring (600)
+    r, _ = replay(spec(1), recs, "sjf")
+    assert starts(r) == {1: 0, 2: 100, 3: 600}
+    # unbound (scored outside a replay) the history does not grow: 2 before 3
+    cl = Cluster.from_spec(spec(1))
+    jobs = build_jobs(recs, cl)
+    s = make_policy("sef").score(jobs, np.array([1, 2]), ctx(cl))
+    assert s[0] > s[1]
+
+
+def test_the_engine_binds_its_policy_once_before_the_replay():
+    from trainer.sim.policies import Fifo
+
+    calls = []
+
+    class Spy(Fifo):
+        def bind(self, sim):
+            calls.append((sim, sim.start.copy()))
+
+    cl = Cluster.from_spec(spec(2))
+    jobs = build_jobs([job(1, 0, 10), job(2, 1, 10)], cl)
+    sim = Simulator(jobs, cl, Spy(), EXACT)
+    assert len(calls) == 1 and calls[0][0] is sim and (calls[0][1] == -1).all()
+    sim.run()
+    assert len(calls) == 1
+
+
 # ---------------------------------------------------------------------------- score properties
 def _busy_state(cl: Cluster, rng: np.random.Generator) -> NodeState:
     st_ = NodeState(cl)
@@ -463,6 +522,8 @@ def test_baselines_name_known_policies_and_placements():
     assert BASELINES["gandiva"].placement == "gandiva"
     assert BASELINES["sched2-pack"].placement == "pack"
     assert set(POLICIES) >= {"sif", "saf", "dsif", "lrf", "spf", "tetris", "drf", "random"}
+    # rlsched's own heuristic is a baseline, not a seed one; every other is
+    assert [n for n, b in BASELINES.items() if not b.seed] == ["sef"]
     from trainer.sim.policies import Baseline
 
     with pytest.raises(ValueError, match="placement"):

@@ -397,6 +397,7 @@ class Simulator:
             "backfill_incremental": 0, "reservations": 0, "recalcs": 0, "started": 0,
             "backfilled": 0,
         }
+        policy.bind(self)  # (a policy that learns from the replay's completions)
 
     # ------------------------------------------------------------------ context
     def _ctx(self, now: int) -> ScoreContext:

@@ -57,6 +57,16 @@ orders by the user's time limit:
 - ``random``: a random priority per job, drawn when it arrives from the replay's
   generator (:attr:`ScoreContext.rng`): reproducible with the engine's seed.
 
+Not a seed heuristic (it is rlsched's own, and not counted as "the best seed heuristic"
+by :func:`trainer.evaluate.check_targets`):
+
+- ``sef``, Shortest Estimated run First: the run-time estimate the helper's features
+  compute from the user's history (:class:`slurm_plugin.features.UserHistory`: the time
+  limit times the median ``run / limit`` of the user's recent jobs), shortest first.
+  Deployable: it reads what a scheduler knows, not the recorded run time. The history
+  grows with the replay's own completions (:meth:`Policy.bind`), from what it held when
+  the replay began (empty, or warm-started by the caller). Re-scored every calc period.
+
 How the learned policy plugs in (LATER, with ``slurm_plugin/features.py``): an adapter
 ``LearnedPolicy(Policy)`` wraps the DESIGN's ``Policy.score(obs)`` /
 ``place(obs, job, candidates)``. Its ``score`` builds the ``Observation`` from the same
@@ -75,7 +85,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -90,6 +100,11 @@ from .slurm import (
 from .speed import NoSpeedModel, SpeedModel
 from .state import Cluster, JobTable, NodeState
 
+if TYPE_CHECKING:
+    from slurm_plugin.features import Normalisation, UserHistory
+
+    from .observe import CompletionFeed
+
 __all__ = [
     "BASELINES",
     "POLICIES",
@@ -103,6 +118,7 @@ __all__ = [
     "RandomOrder",
     "Saf",
     "ScoreContext",
+    "Sef",
     "Sif",
     "Sjf",
     "Spf",
@@ -198,6 +214,16 @@ class Policy(ABC):
         ``leaf_counts`` (usable nodes per leaf switch) is passed when the engine has it.
         """
         return self._place(cluster, state, usable, req, leaf_counts)
+
+    def bind(self, sim: Any) -> None:
+        """Called once by the :class:`~trainer.sim.engine.Simulator` replaying this policy.
+
+        Before its first event, with the simulator itself: a policy that learns from the
+        replay's completions (its ``start``, ``end`` and ``leaves`` arrays, which hold a
+        job's actual end from its start on) keeps what it needs. The default does
+        nothing; a wrapper forwards it to the policy it wraps.
+        """
+        return None  # (deliberately empty: most policies keep nothing)
 
 
 class Fifo(Policy):
@@ -456,6 +482,57 @@ class Spf(Policy):
         return out
 
 
+class Sef(Policy):
+    """Shortest estimated run first: the user's history estimate of the run time.
+
+    The estimate is the one the helper's features compute
+    (:meth:`slurm_plugin.features.UserHistory.estimates`: the time limit, or
+    ``Normalisation.unknown_limit`` without one, times the median ``run / limit`` of the
+    user's last jobs; ``default_ratio`` for a user without history), so a net trained to
+    imitate it sees exactly what it orders by. Ties keep arrival order.
+
+    The history grows with the replay's completions once :meth:`bind` ed (the engine does
+    it); :attr:`history` may be replaced before that by one warm-started with the jobs
+    that ended before the replay (:func:`trainer.evaluate.user_history`).
+
+    Attributes:
+        norm: Normalisation of the estimates (the features' defaults).
+        history: The users' history the estimates come from.
+    """
+
+    name = "sef"
+    reads_state = False
+
+    def __init__(self, settings: PrioritySettings | None = None, placement: str = "tree",
+                 norm: Normalisation | None = None):
+        from slurm_plugin.features import Normalisation, UserHistory
+
+        super().__init__(settings, placement)
+        self.dynamic = True  # the estimates move as the history grows
+        self.norm = norm or Normalisation()
+        self.history: UserHistory = UserHistory(self.norm)
+        self._feed: CompletionFeed | None = None
+
+    def bind(self, sim: Any) -> None:
+        """Follow ``sim``'s completions (recorded as they are due, at each scoring)."""
+        from .observe import CompletionFeed
+
+        self._feed = CompletionFeed(self.history, sim.jobs, sim.cluster, sim.start, sim.end,
+                                    sim.leaves)
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """A shorter estimated run time scores higher."""
+        if self._feed is not None:
+            self._feed.advance(ctx.now)
+        idx = np.asarray(idx, dtype=np.int64)
+        limit = np.where(jobs.limit_known[idx], jobs.limit[idx], 0)
+        users = ([jobs.users[u] for u in jobs.user[idx].tolist()] if jobs.users
+                 else [""] * int(idx.size))
+        est, _, _ = self.history.estimates(users, limit.tolist(), ctx.now)
+        out: np.ndarray = -np.asarray(est, dtype=np.float64)
+        return out
+
+
 class Tetris(Policy):
     """Tetris as in DL²'s baselines: packing alignment plus shortest remaining time.
 
@@ -550,6 +627,7 @@ POLICIES: dict[str, Callable[[PrioritySettings | None, str], Policy]] = {
     "spf": Spf,
     "tetris": Tetris,
     "drf": Drf,
+    "sef": Sef,
     "random": RandomOrder,
 }
 
@@ -565,12 +643,16 @@ class Baseline:
         help: One line for ``--help``.
         placement: Key in :data:`~trainer.sim.placement.PLACEMENTS`; ``None``: the
             run's placement option (``--placement``, default ``tree``).
+        seed: One of the seed papers' heuristics (or Slurm); ``False`` for rlsched's
+            own (``sef``), which the quality targets do not count as "the best seed
+            heuristic".
     """
 
     policy: str
     backfill: bool | None
     help: str
     placement: str | None = None
+    seed: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -614,6 +696,9 @@ BASELINES: dict[str, Baseline] = {
                         "gandiva"),
     "sched2-pack": Baseline("fifo", True, "FIFO + SCHED²'s packing placement, EASY backfill",
                             "pack"),
+    "sef": Baseline("sef", True, "rlsched: shortest run time estimated from the user's"
+                                 " history (the helper's estimate) first, EASY backfill",
+                    seed=False),
 }
 
 
