@@ -291,6 +291,38 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
         TrainConfig(val_deployed=True, val_metric="reward_sum")
 
 
+def test_summary_warm_starts_sef_and_picks_a_seed_heuristic(monkeypatch):
+    from trainer.rl import report
+    from trainer.sim.engine import Simulator
+
+    spec, _ = _short(budget_updates=1, budget_steps=None)
+    seen = []
+    real = Simulator.run
+
+    def run(self):
+        seen.append(self.policy)
+        return real(self)
+
+    monkeypatch.setattr(Simulator, "run", run)
+    made = []
+    real_hist = report.history_before
+
+    def hist(*a, **k):
+        made.append((a[2], real_hist(*a, **k)))
+        return made[-1][1]
+
+    monkeypatch.setattr(report, "history_before", hist)
+    net = PolicyNet(PolicyConfig(hidden=8)).eval()
+    summ = report.summarize(spec, net, baselines=["slurm", "sjf", "sef"], threads=1)
+    sef = [p for p in seen if p.name == "sef"]
+    assert len(sef) == 1
+    # sef's history is the one made at the window's first row (then grown by the replay)
+    mine = [h for lo, h in made if h is sef[0].history]
+    assert len(mine) == 1 and [lo for lo, h in made if h is mine[0]] == [spec.train_rows]
+    assert mine[0].version > 0
+    assert summ.best_heuristic == "sjf" and "sef" in summ.metrics
+
+
 def test_flat_validation_by_hand():
     def refs(**vals):
         return {a: {"bsld_mean": v, "jobs": 10.0} for a, v in vals.items()}

@@ -13,8 +13,9 @@ on), :func:`summarize` replays
   (it picks which fitting job starts, or holds).
 
 Rows carry mean bounded slowdown, mean and p99 wait, mean JCT and node utilisation;
-the *best heuristic* is the baseline other than ``slurm`` with the lowest mean
-bounded slowdown.
+the *best heuristic* is the seed baseline (:attr:`~trainer.sim.policies.Baseline.seed`:
+not rlsched's own ``sef``) other than ``slurm`` with the lowest mean bounded slowdown.
+``sef`` starts from the users' history before the window, as the policy does.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from slurm_plugin.features import Normalisation, UserHistory
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics, observe
 from ..sim.engine import EngineOptions, SimResult, Simulator
-from ..sim.policies import BASELINES, Policy
+from ..sim.policies import BASELINES, Policy, Sef
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
@@ -111,7 +112,7 @@ class Summary:
     Attributes:
         metrics: Engine metrics (:func:`trainer.sim.metrics.compute`) per row name.
         env_metrics: The greedy policy's ``episode_metrics`` in the env.
-        best_heuristic: Name of the best baseline other than ``slurm``.
+        best_heuristic: Name of the best seed baseline other than ``slurm``.
         jobs: Jobs in the window.
     """
 
@@ -197,6 +198,9 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
     out: dict[str, dict[str, Any]] = {}
     for name in baselines or list(BASELINES):
         policy, o = BASELINES[name].build(priority, opts)
+        if isinstance(policy, Sef):  # from the history before the window, as the net's
+            policy.history = history_before(spec.jobs, spec.cluster, lo, policy.norm,
+                                            spec.eval.history_jobs)
         r = Simulator(jobs, spec.cluster, policy, o, eng).run()
         r.policy = name
         out[name] = metrics.compute(r)
@@ -207,6 +211,6 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
         r.policy = label
         out[label] = metrics.compute(r)
     env_traj = run_group(net, spec, [Task(lo, 0, "greedy", eval=True, keep_steps=False)])[0]
-    heur = [n for n in out if not n.startswith("policy") and n != "slurm"]
+    heur = [n for n in out if n in BASELINES and n != "slurm" and BASELINES[n].seed]
     best = min(heur, key=lambda n: out[n]["bsld"]["mean"]) if heur else "slurm"
     return Summary(out, dict(env_traj.metrics), best, jobs.n)
