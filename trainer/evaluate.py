@@ -32,7 +32,9 @@ Quality targets (:func:`check_targets`, issue 5), for the first model:
   and below the best heuristic's (the best mean bsld among the other seed baselines:
   FIFO, SJF, the seed heuristics and placements; that includes SIF, which orders by the
   recorded run time, an oracle; not rlsched's own ``sef``, which the table shows and
-  which ``train --imitate-from sef`` may have taught the policy);
+  which ``train --imitate-from sef`` may have taught the policy). The check also
+  reports, without checking it, the best of those that do not read the recorded run
+  time (:attr:`~trainer.sim.policies.Baseline.oracle`) when that is another one;
 - p99 wait at most ``p99_slack`` (10%) above the Slurm baseline's;
 - utilisation (GPUs, or nodes on a cluster without GPUs) not lower than the Slurm
   baseline's (the time mean from the first test arrival; the check also reports, without
@@ -492,8 +494,18 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         checks.append(_check("bsld_vs_best_heuristic", None, pb, None, "", na))
     else:
         hb = float(ms[best_b]["bsld"]["mean"])
-        checks.append(_check("bsld_vs_best_heuristic", pb < hb, pb, hb, best_b,
-                             f"mean bsld {pb:.3f} vs {best_b} {hb:.3f} (target: lower)"))
+        detail = f"mean bsld {pb:.3f} vs {best_b} {hb:.3f} (target: lower)"
+        # reported, not checked: the best of those that do not read the recorded run time
+        fair = [h for h in names if not (h in BASELINES and BASELINES[h].oracle)]
+        best_d = min(fair, key=lambda h: (float(ms[h]["bsld"]["mean"]), h)) if fair else None
+        deployable = None
+        if best_d is not None and best_d != best_b:
+            hd = float(ms[best_d]["bsld"]["mean"])
+            deployable = {"against": best_d, "value": hd, "ok": pb < hd}
+            detail += (f"; best not reading the recorded run time: {best_d} {hd:.3f}"
+                       f" ({'lower' if pb < hd else 'not lower'})")
+        checks.append(_check("bsld_vs_best_heuristic", pb < hb, pb, hb, best_b, detail))
+        checks[-1]["deployable"] = deployable
     pw, sw = float(p["wait_s"]["p99"]), float(s["wait_s"]["p99"])
     thr = (1 + config.p99_slack) * sw
     rel = pw / sw - 1 if sw > 0 else (0.0 if pw == 0 else float("inf"))

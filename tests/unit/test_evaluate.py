@@ -214,6 +214,23 @@ def test_best_heuristic_is_a_seed_one_not_rlscheds_own():
     assert res["best_heuristic"]["bsld"] == "sef" and not res["passed"]
 
 
+def test_best_heuristic_reports_the_best_that_reads_no_recorded_run_time():
+    ms = {"net": _m(5.0), "slurm": _m(10.0), "spf": _m(3.0), "sif": _m(3.5),
+          "tetris": _m(6.0), "sjf": _m(7.0)}
+    c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))
+    b = c["bsld_vs_best_heuristic"]
+    assert b["ok"] is False and b["against"] == "spf"  # checked against the oracle
+    assert b["deployable"] == {"against": "tetris", "value": 6.0, "ok": True}
+    assert "best not reading the recorded run time: tetris 6.000 (lower)" in b["detail"]
+    ms["net"] = _m(2.0)  # below the oracle too: nothing more to say
+    b = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["bsld_vs_best_heuristic"]
+    assert b["ok"] and b["deployable"]["ok"]
+    ms = {"net": _m(5.0), "slurm": _m(10.0), "tetris": _m(6.0), "sjf": _m(7.0)}
+    b = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["bsld_vs_best_heuristic"]
+    assert b["deployable"] is None and "recorded" not in b["detail"]  # the same one
+    assert {n for n, x in BASELINES.items() if x.oracle} == {"sif", "saf", "dsif", "spf"}
+
+
 def test_evaluate_warm_starts_sef_and_leaves_it_out_of_the_targets(monkeypatch):
     import trainer.evaluate as ev
 

@@ -85,7 +85,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -128,9 +128,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, eq=False)
-class ScoreContext:
-    """What a policy may look at besides the job columns.
+class ScoreContext(NamedTuple):
+    """What a policy may look at besides the job columns (read-only).
+
+    A named tuple, not a frozen dataclass: the engine makes one per arrival and
+    re-scoring, and a tuple is made several times faster (a frozen dataclass sets each
+    field through ``object.__setattr__``).
 
     Attributes:
         now: Current time, epoch s.
@@ -646,6 +649,10 @@ class Baseline:
         seed: One of the seed papers' heuristics (or Slurm); ``False`` for rlsched's
             own (``sef``), which the quality targets do not count as "the best seed
             heuristic".
+        oracle: It orders by the recorded run time, which no scheduler knows before a
+            job ends (SCHED²'s profiled ideal time: ``sif``, ``saf``, ``dsif``, ``spf``).
+            On a trace without time limits every job's limit is its run time, so the
+            time limit is an oracle there too; that is the data's, not the policy's.
     """
 
     policy: str
@@ -653,6 +660,7 @@ class Baseline:
     help: str
     placement: str | None = None
     seed: bool = True
+    oracle: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -680,13 +688,15 @@ BASELINES: dict[str, Baseline] = {
     "fifo-nobf": Baseline("fifo", False, "FIFO by eligible time, no backfill"),
     "sjf": Baseline("sjf", True, "shortest time limit first, with EASY backfill"),
     "sjf-nobf": Baseline("sjf", False, "shortest time limit first, no backfill"),
-    "sif": Baseline("sif", True, "SCHED² SIF: shortest recorded run time first, EASY backfill"),
+    "sif": Baseline("sif", True, "SCHED² SIF: shortest recorded run time first, EASY backfill",
+                    oracle=True),
     "saf": Baseline("saf", True, "SCHED² SAF: shortest run time at today's placement first,"
-                                 " EASY backfill"),
+                                 " EASY backfill", oracle=True),
     "dsif": Baseline("dsif", True, "SCHED² DSIF: SIF, delaying a job up to 3 times for its"
-                                   " best leaf locality, EASY backfill"),
+                                   " best leaf locality, EASY backfill", oracle=True),
     "lrf": Baseline("lrf", True, "SCHED² LRF: fewest GPUs (CPUs) first, EASY backfill"),
-    "spf": Baseline("spf", True, "SCHED² SPF: smallest GPUs x run time first, EASY backfill"),
+    "spf": Baseline("spf", True, "SCHED² SPF: smallest GPUs x run time first, EASY backfill",
+                    oracle=True),
     "tetris": Baseline("tetris", True, "Tetris: alignment with free resources plus shortest"
                                        " time limit, EASY backfill"),
     "drf": Baseline("drf", True, "DRF: user with the smallest dominant (CPU) share first,"
