@@ -381,19 +381,32 @@ class _QueueChecked(Simulator):
         self.longest = max(self.longest, len(order))
 
     def _recalc(self, t):
-        sizes = []
-        score = self.policy.score
-        self.policy.score = lambda jobs, idx, ctx: sizes.append(idx.size) or score(jobs, idx, ctx)
+        sizes = self.policy.sizes = []  # (a _Counted policy records its score calls)
         try:
             super()._recalc(t)
             self._sync_keys()
         finally:
-            del self.policy.score
+            self.policy.sizes = None
         if sizes and sizes[0] < self.porder.size:
             self.partial += 1
         ctx = ScoreContext(t, self.cluster, self.state, self.usage, self.rng)
         full = -self.policy.score(self.jobs, self.porder, ctx)
         assert full.tolist() == self.pkeys.tolist()
+
+
+def _counted(pol):
+    """``pol`` as a subclass instance that records the size of each score() call in
+    ``sizes`` while that is a list (a compiled policy takes no instance attribute)."""
+
+    class Counted(type(pol)):
+        sizes = None
+
+        def score(self, jobs, idx, ctx):
+            if self.sizes is not None:
+                self.sizes.append(idx.size)
+            return super().score(jobs, idx, ctx)
+
+    return Counted(pol.settings, pol.placement)
 
 
 @pytest.mark.parametrize(("policy", "settings", "site"), [
@@ -408,7 +421,7 @@ def test_pending_queue_stays_sorted_and_complete(policy, settings, site):
     if site:
         jobs.site_factor[:] = np.random.default_rng(3).integers(0, 4, jobs.n) * 20.0
     opts = SchedulerOptions(bf_interval=0, bf_max_job_test=20, priority_calc_period=10)
-    sim = _QueueChecked(jobs, cl, make_policy(policy, settings), opts)
+    sim = _QueueChecked(jobs, cl, _counted(make_policy(policy, settings)), opts)
     r = sim.run()
     assert (r.start >= 0).all()
     assert sim.passes > 500

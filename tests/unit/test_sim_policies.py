@@ -235,6 +235,24 @@ def test_sef_learns_from_the_replays_completions():
     assert s[0] > s[1]
 
 
+def test_isinstance_tells_the_policies_apart():
+    # (on the compiled build classes deriving from abc.ABC shared one isinstance cache:
+    # once an Sjf had been checked against Policy, it passed for an Sef too)
+    from trainer.sim.policies import Policy
+
+    pols = {n: make_policy(n) for n in POLICIES}
+    for p in pols.values():
+        assert isinstance(p, Policy)
+    for a, pa in pols.items():
+        for b, pb in pols.items():
+            assert isinstance(pa, type(pb)) == (a == b or issubclass(type(pa), type(pb))), (a, b)
+    assert isinstance(pols["dsif"], type(pols["sif"])) and not isinstance(pols["sjf"],
+                                                                          type(pols["sef"]))
+    with pytest.raises(NotImplementedError, match="score"):
+        cl = Cluster.from_spec(spec(1))
+        Policy().score(build_jobs([job(1, 0, 10)], cl), np.arange(1), ctx(cl))
+
+
 def test_the_engine_binds_its_policy_once_before_the_replay():
     from trainer.sim.policies import Fifo
 

@@ -37,13 +37,13 @@ from pathlib import Path
 __all__ = ["MODULES", "NativeStatus", "activate", "build", "build_dir", "source_hash",
            "status"]
 
-#: Modules compiled, in ``trainer.sim``: the event loop, the leaf-count state and the
-#: placements. Not the modules whose objects cross processes (job tables, clusters,
-#: options and policies go to rollout workers by pickle, which mypyc's native classes
-#: do not support): they stay Python.
-MODULES = ("placement", "leaves", "engine")
+#: Modules compiled, in ``trainer.sim``: the event loop, the leaf-count state, the
+#: placements and the policies (which pickle as Python objects do:
+#: ``mypyc_attr(serializable=True)``, and may be subclassed in Python). Job tables,
+#: clusters and options stay Python: their dataclasses go to rollout workers by pickle.
+MODULES = ("placement", "leaves", "engine", "policies")
 #: Project sources the compiled modules are typed against: a change there rebuilds too.
-TYPED_AGAINST = ("trainer/sim/state.py", "trainer/sim/slurm.py", "trainer/sim/policies.py",
+TYPED_AGAINST = ("trainer/sim/state.py", "trainer/sim/slurm.py",
                  "trainer/sim/speed.py", "trainer/sim/metrics.py", "trainer/sim/workload.py",
                  "db/records.py", "slurm_plugin/cluster.py", "slurm_plugin/slurm/types.py")
 MODES = ("auto", "python", "native")

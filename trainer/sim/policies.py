@@ -82,12 +82,12 @@ and returns the model's choice. The engine, metrics and CLI need no change.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from .placement import PLACEMENTS, Request, best_leaf_span
 from .slurm import (
@@ -153,7 +153,10 @@ class ScoreContext(NamedTuple):
     speed: SpeedModel | None = None
 
 
-class Policy(ABC):
+# (compiled by rlsched build-sim: policies are subclassed in Python and pickled to rollout
+# workers as Python classes are, without calling __init__)
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+class Policy:
     """The scheduling policy interface (see the module docstring).
 
     Attributes:
@@ -182,9 +185,14 @@ class Policy(ABC):
         self.placement = placement
         self._place = PLACEMENTS[placement]
 
-    @abstractmethod
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
-        """One float score per job of ``idx`` (higher runs first)."""
+        """One float score per job of ``idx`` (higher runs first): every policy has one.
+
+        (Not an ``abc`` abstract method: compiled by mypyc, classes deriving from
+        ``abc.ABC`` share one ``isinstance`` cache, so ``isinstance(sjf, Sef)`` could
+        come out true.)
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement score()")
 
     def static_part(self, jobs: JobTable, cluster: Cluster) -> np.ndarray | None:
         """Per job, the part of its score that waiting does not change, if it has one.
@@ -229,6 +237,7 @@ class Policy(ABC):
         return None  # (deliberately empty: most policies keep nothing)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Fifo(Policy):
     """First come, first served: by eligible time (then job id)."""
 
@@ -246,6 +255,7 @@ class Fifo(Policy):
         return [-float(col[j]) for j in idx]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Sjf(Policy):
     """Shortest job first, by time limit (the user's estimate), then arrival."""
 
@@ -263,6 +273,7 @@ class Sjf(Policy):
         return [-float(col[j]) for j in idx]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Multifactor(Policy):
     """Slurm's multifactor priority (see :mod:`trainer.sim.slurm` for the formula)."""
 
@@ -365,6 +376,7 @@ def fits_now(jobs: JobTable, idx: np.ndarray, state: NodeState) -> np.ndarray:
     return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Sif(Policy):
     """SCHED²'s Shortest Ideal time job First: the shortest recorded run time."""
 
@@ -382,6 +394,7 @@ class Sif(Policy):
         return [-float(col[j]) for j in idx]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Saf(Policy):
     """SCHED²'s Shortest Actual time job First (see the module docstring)."""
 
@@ -417,6 +430,7 @@ class Saf(Policy):
         return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Dsif(Sif):
     """SCHED²'s Delayed SIF: SIF, delaying a job up to 3 times for its best locality.
 
@@ -461,6 +475,7 @@ class Dsif(Sif):
         return None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Lrf(Policy):
     """SCHED²'s Least Resource job First: the fewest GPUs (CPUs without GPUs)."""
 
@@ -473,6 +488,7 @@ class Lrf(Policy):
         return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Spf(Policy):
     """SCHED²'s Smallest Product job First: GPUs (CPUs without GPUs) x ideal time."""
 
@@ -485,6 +501,7 @@ class Spf(Policy):
         return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Sef(Policy):
     """Shortest estimated run first: the user's history estimate of the run time.
 
@@ -536,6 +553,7 @@ class Sef(Policy):
         return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Tetris(Policy):
     """Tetris as in DL²'s baselines: packing alignment plus shortest remaining time.
 
@@ -589,6 +607,7 @@ class Tetris(Policy):
         return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Drf(Policy):
     """Dominant Resource Fairness: the user with the smallest dominant share first."""
 
@@ -606,6 +625,7 @@ class Drf(Policy):
         return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RandomOrder(Policy):
     """A random priority per job, drawn at arrival from the replay's generator."""
 
