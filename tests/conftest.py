@@ -23,3 +23,38 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             raise pytest.UsageError(
                 f"RLSCHED_REQUIRE_TRAIN=1 but {', '.join(missing)} not installed: "
                 "run contrib/run-tests (it installs torch==2.13.0 and the train extra)")
+
+
+@pytest.fixture
+def replayed_policies(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The policy of every ``Simulator.run()`` the test makes, in order."""
+    from trainer.sim.engine import Simulator
+
+    seen: list = []
+    real = Simulator.run
+
+    def run(self):  # type: ignore[no-untyped-def]
+        seen.append(self.policy)
+        return real(self)
+
+    monkeypatch.setattr(Simulator, "run", run)
+    return seen
+
+
+@pytest.fixture
+def returns_of(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """``returns_of(owner, name)``: wraps ``owner.name``; the list of ``(args, result)``."""
+
+    def wrap(owner: object, name: str) -> list:
+        calls: list = []
+        real = getattr(owner, name)
+
+        def spy(*a, **k):  # type: ignore[no-untyped-def]
+            out = real(*a, **k)
+            calls.append((a, out))
+            return out
+
+        monkeypatch.setattr(owner, name, spy)
+        return calls
+
+    return wrap

@@ -81,7 +81,7 @@ from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import history_before
 from .sim.placement import PLACEMENTS, Request
-from .sim.policies import BASELINES, Policy, ScoreContext, Sef
+from .sim.policies import BASELINES, SEED_BASELINES, Policy, ScoreContext, Sef
 from .sim.slurm import PrioritySettings, SchedulerOptions
 from .sim.state import Cluster, JobTable, NodeState
 from .sim.stepper import window
@@ -475,12 +475,14 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
     """
     if policy not in ms or SLURM not in ms:
         raise KeyError(f"check_targets needs metrics of {policy!r} and {SLURM!r}; have {list(ms)}")
-    seeds = [b for b, x in BASELINES.items() if x.seed]
-    names = [h for h in (heuristics if heuristics is not None else seeds)
+    names = [h for h in (heuristics if heuristics is not None else SEED_BASELINES)
              if h in ms and h not in (policy, SLURM)]
     p, s = ms[policy], ms[SLURM]
-    best_b = min(names, key=lambda h: (float(ms[h]["bsld"]["mean"]), h)) if names else None
-    best_j = min(names, key=lambda h: (float(ms[h]["jct_s"]["mean"]), h)) if names else None
+
+    def lowest(among: Sequence[str], metric: str) -> str | None:
+        return min(among, key=lambda h: (float(ms[h][metric]["mean"]), h)) if among else None
+
+    best_b, best_j = lowest(names, "bsld"), lowest(names, "jct_s")
     na = "no heuristic was replayed: not applicable"
     checks: list[dict[str, Any]] = []
 
@@ -496,8 +498,8 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         hb = float(ms[best_b]["bsld"]["mean"])
         detail = f"mean bsld {pb:.3f} vs {best_b} {hb:.3f} (target: lower)"
         # reported, not checked: the best of those that do not read the recorded run time
-        fair = [h for h in names if not (h in BASELINES and BASELINES[h].oracle)]
-        best_d = min(fair, key=lambda h: (float(ms[h]["bsld"]["mean"]), h)) if fair else None
+        best_d = lowest([h for h in names if not (h in BASELINES and BASELINES[h].oracle)],
+                        "bsld")
         deployable = None
         if best_d is not None and best_d != best_b:
             hd = float(ms[best_d]["bsld"]["mean"])
@@ -764,9 +766,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     locality = (cfg.locality_targets if cfg.locality_targets is not None
                 else speed_model != "none")
     first = next(iter(models), None)
-    targets = (check_targets(ms, first, cfg, locality=locality,
-                             heuristics=[b for b in cfg.baselines
-                                         if b != SLURM and BASELINES[b].seed])
+    targets = (check_targets(ms, first, cfg, locality=locality)  # (the seed baselines run)
                if first is not None else None)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
     if out is not None:

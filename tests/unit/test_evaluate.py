@@ -231,29 +231,16 @@ def test_best_heuristic_reports_the_best_that_reads_no_recorded_run_time():
     assert {n for n, x in BASELINES.items() if x.oracle} == {"sif", "saf", "dsif", "spf"}
 
 
-def test_evaluate_warm_starts_sef_and_leaves_it_out_of_the_targets(monkeypatch):
+def test_evaluate_warm_starts_sef_and_leaves_it_out_of_the_targets(replayed_policies,
+                                                                    returns_of):
     import trainer.evaluate as ev
 
     jobs, cl = _table(200)
-    calls = []
-    real = ev.user_history
-
-    def spy(*a, **k):
-        out = real(*a, **k)
-        calls.append((a[2], out))
-        return out
-
-    monkeypatch.setattr(ev, "user_history", spy)
-    seen = []
-    real_run = Simulator.run
-
-    def run(self):
-        seen.append(self.policy)
-        return real_run(self)
-
-    monkeypatch.setattr(Simulator, "run", run)
+    made = returns_of(ev, "user_history")
+    seen = replayed_policies
     cfg = EvalConfig(baselines=("slurm", "sjf", "sef"))
     res = evaluate(jobs, cl, {"mine": make_policy("fifo")}, cfg)
+    calls = [(a[2], out) for a, out in made]
     # one history, for sef: the jobs before the replayed rows (warm-up 20, test at 160)
     assert [lo for lo, _ in calls] == [140]
     sef = [p for p in seen if p.name == "sef"]

@@ -291,29 +291,15 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
         TrainConfig(val_deployed=True, val_metric="reward_sum")
 
 
-def test_summary_warm_starts_sef_and_picks_a_seed_heuristic(monkeypatch):
+def test_summary_warm_starts_sef_and_picks_a_seed_heuristic(replayed_policies, returns_of):
     from trainer.rl import report
-    from trainer.sim.engine import Simulator
 
     spec, _ = _short(budget_updates=1, budget_steps=None)
-    seen = []
-    real = Simulator.run
-
-    def run(self):
-        seen.append(self.policy)
-        return real(self)
-
-    monkeypatch.setattr(Simulator, "run", run)
-    made = []
-    real_hist = report.history_before
-
-    def hist(*a, **k):
-        made.append((a[2], real_hist(*a, **k)))
-        return made[-1][1]
-
-    monkeypatch.setattr(report, "history_before", hist)
+    seen = replayed_policies
+    calls = returns_of(report, "history_before")
     net = PolicyNet(PolicyConfig(hidden=8)).eval()
     summ = report.summarize(spec, net, baselines=["slurm", "sjf", "sef"], threads=1)
+    made = [(a[2], out) for a, out in calls]
     sef = [p for p in seen if p.name == "sef"]
     assert len(sef) == 1
     # sef's history is the one made at the window's first row (then grown by the replay)

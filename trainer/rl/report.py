@@ -30,7 +30,7 @@ from slurm_plugin.features import Normalisation, UserHistory
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics, observe
 from ..sim.engine import EngineOptions, SimResult, Simulator
-from ..sim.policies import BASELINES, Policy, Sef
+from ..sim.policies import BASELINES, SEED_BASELINES, Policy, Sef
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
@@ -211,6 +211,6 @@ def _summarize(spec: EnvSpec, net: PolicyNet, options: SchedulerOptions | None,
         r.policy = label
         out[label] = metrics.compute(r)
     env_traj = run_group(net, spec, [Task(lo, 0, "greedy", eval=True, keep_steps=False)])[0]
-    heur = [n for n in out if n in BASELINES and n != "slurm" and BASELINES[n].seed]
+    heur = [n for n in out if n in SEED_BASELINES and n != "slurm"]
     best = min(heur, key=lambda n: out[n]["bsld"]["mean"]) if heur else "slurm"
     return Summary(out, dict(env_traj.metrics), best, jobs.n)

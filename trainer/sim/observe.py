@@ -53,17 +53,25 @@ def nodes_raw(cluster: Cluster, state: NodeState, now: int) -> NodesRaw:
         n_leaves=cluster.num_leaves)
 
 
+def history_estimates(jobs: JobTable, idx: np.ndarray, history: UserHistory, now: int
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The rows ``idx``'s time limits and ``history``'s ``(est_run, usage_share, locality)``.
+
+    A job whose record gave no time limit gets 0 (unknown), as a live job without one.
+    """
+    limit = np.where(jobs.limit_known[idx], jobs.limit[idx], 0).astype(np.int64)
+    names = [jobs.users[u] for u in jobs.user[idx].tolist()] if jobs.users else []
+    return limit, history.estimates(names, limit.tolist(), now)
+
+
 def raw_from_sim(jobs: JobTable, idx: np.ndarray, cluster: Cluster, state: NodeState,
                  now: int, history: UserHistory | None = None) -> tuple[JobsRaw, NodesRaw]:
     """Raw tables for the pending rows ``idx`` of ``jobs`` at ``now``.
 
     A job whose record gave no time limit gets 0 (unknown), as a live job without one.
     """
-    hist = history or UserHistory()
     idx = np.asarray(idx, dtype=np.int64)
-    limit = np.where(jobs.limit_known[idx], jobs.limit[idx], 0).astype(np.int64)
-    names = [jobs.users[u] for u in jobs.user[idx].tolist()] if jobs.users else []
-    est, share, loc = hist.estimates(names, limit.tolist(), now)
+    limit, (est, share, loc) = history_estimates(jobs, idx, history or UserHistory(), now)
     excl = jobs.exclusive[idx]
     jr = JobsRaw(
         job_id=jobs.job_id[idx].astype(np.int64), eligible=jobs.eligible[idx].astype(np.int64),

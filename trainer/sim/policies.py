@@ -108,6 +108,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BASELINES",
     "POLICIES",
+    "SEED_BASELINES",
     "Baseline",
     "Drf",
     "Dsif",
@@ -541,14 +542,13 @@ class Sef(Policy):
                                     sim.leaves)
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
-        """A shorter estimated run time scores higher."""
+        """A shorter estimated run time scores higher (the features' ``est_run``)."""
+        from .observe import history_estimates
+
         if self._feed is not None:
             self._feed.advance(ctx.now)
-        idx = np.asarray(idx, dtype=np.int64)
-        limit = np.where(jobs.limit_known[idx], jobs.limit[idx], 0)
-        users = ([jobs.users[u] for u in jobs.user[idx].tolist()] if jobs.users
-                 else [""] * int(idx.size))
-        est, _, _ = self.history.estimates(users, limit.tolist(), ctx.now)
+        _, (est, _, _) = history_estimates(jobs, np.asarray(idx, dtype=np.int64),
+                                           self.history, ctx.now)
         out: np.ndarray = -np.asarray(est, dtype=np.float64)
         return out
 
@@ -730,6 +730,11 @@ BASELINES: dict[str, Baseline] = {
                                  " history (the helper's estimate) first, EASY backfill",
                     seed=False),
 }
+
+
+#: The baselines a learned policy is held against as "the best seed heuristic": every
+#: one but rlsched's own (:attr:`Baseline.seed`), Slurm included (callers leave it out).
+SEED_BASELINES: tuple[str, ...] = tuple(n for n, b in BASELINES.items() if b.seed)
 
 
 def make_policy(name: str, settings: PrioritySettings | None = None,
