@@ -111,6 +111,9 @@ _COMPLETE = 0
 _TIMER = 1
 #: Backfill windows up to this many jobs are walked in Python on the fast path.
 _PY_WINDOW = 48
+#: The pass counters of :attr:`Simulator.stats` (``events`` is counted apart).
+_COUNTERS = ("passes", "main_passes", "backfill_full", "backfill_incremental",
+             "reservations", "recalcs", "started", "backfilled")
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,14 @@ class Simulator:
         self.policy = policy
         self.opt = options or SchedulerOptions()
         self.eng = engine or EngineOptions()
+        # the options read on the hot path, as machine ints (the compiled engine reads a
+        # frozen dataclass's fields through a dictionary)
+        self._backfill = bool(self.opt.backfill)
+        self._bf_max = int(self.opt.bf_max_job_test)
+        self._bf_res = int(self.opt.bf_resolution)
+        self._bf_window = int(self.opt.bf_window)
+        self._bf_interval = int(self.opt.bf_interval)
+        self._dynamic = bool(policy.dynamic)
         self.state = NodeState(cluster)
         self.state.whole_only = bool(jobs.exclusive.all())
         self.rng = np.random.default_rng(self.eng.seed)
@@ -348,6 +359,7 @@ class Simulator:
         self.job_nodes: dict[int, np.ndarray] = {}
         self.job_slots: dict[int, np.ndarray] = {}
         self._ends: list[tuple[int, int]] = []  # (expected end, job) of whole-node jobs
+        self._exp: list[int] = [0] * n  # expected end (start + limit) of started jobs
         self.placements: dict[int, tuple[str, ...]] | None = (
             {} if self.eng.keep_placements else None)
         # python lists of hot per-job columns (scalar access is faster than numpy's)
@@ -392,11 +404,10 @@ class Simulator:
         self.usage_t = np.zeros(nu, dtype=np.float64)
         self.rate = np.zeros(nu, dtype=np.float64)
         self._ran = False
-        self.stats: dict[str, float] = {
-            "events": 0, "passes": 0, "main_passes": 0, "backfill_full": 0,
-            "backfill_incremental": 0, "reservations": 0, "recalcs": 0, "started": 0,
-            "backfilled": 0,
-        }
+        self.stats: dict[str, float] = dict.fromkeys(("events",) + _COUNTERS, 0)
+        # the counters of :attr:`stats`, kept as machine ints while the replay runs
+        self._n_passes = self._n_main = self._n_bf_full = self._n_bf_inc = 0
+        self._n_resv = self._n_recalcs = self._n_started = self._n_backfilled = 0
         policy.bind(self)  # (a policy that learns from the replay's completions)
 
     # ------------------------------------------------------------------ context
@@ -501,8 +512,8 @@ class Simulator:
             self._insert(pos, lo, key)
             if key < self.blocked_key[p]:
                 self.main_dirty = True
-            elif (self.opt.backfill and not self.bf_full
-                  and pos < self.opt.bf_max_job_test):
+            elif (self._backfill and not self.bf_full
+                  and pos < self._bf_max):
                 self.bf_new.append(lo)
             return
         idx = np.arange(lo, hi, dtype=np.int64)
@@ -523,9 +534,9 @@ class Simulator:
         ahead = keys < np.asarray(self.blocked_key)[self.jobs.part[idx]]
         if np.count_nonzero(ahead):
             self.main_dirty = True
-        if self.opt.backfill and not self.bf_full:
+        if self._backfill and not self.bf_full:
             rank = where + np.arange(where.size)
-            new = idx[(rank < self.opt.bf_max_job_test) & ~ahead]
+            new = idx[(rank < self._bf_max) & ~ahead]
             if new.size:
                 self.bf_new.extend(new.tolist())
 
@@ -569,7 +580,7 @@ class Simulator:
         self._compact()
         if not self.porder.size:
             return
-        self.stats["recalcs"] += 1
+        self._n_recalcs += 1
         if self._defer_ok():
             self._lazy_at = t
             return
@@ -654,7 +665,7 @@ class Simulator:
             return
         if self._started <= 4 and self._qfifo and self._shift_out():
             return
-        upto = min(self.porder.size, max(self.opt.bf_max_job_test, self._scan_upto))
+        upto = min(self.porder.size, max(self._bf_max, self._scan_upto))
         head = self.porder[:upto]
         keep = self.pending[head]
         kept = int(np.count_nonzero(keep))
@@ -818,6 +829,7 @@ class Simulator:
             self.speed.on_start(j, nodes, nl, t)
         aend = t + run
         exp = t + self._limit[j]
+        self._exp[j] = exp
         st = self.state
         if self._ls is not None:
             self._ls.allocate(j, nodes, aend)
@@ -846,10 +858,10 @@ class Simulator:
         self.start[j] = t
         self.end[j] = aend
         self.leaves[j] = nl
-        self.stats["started"] += 1
+        self._n_started += 1
         if by_backfill:
             self.backfilled[j] = True
-            self.stats["backfilled"] += 1
+            self._n_backfilled += 1
         if self.placements is not None:
             names = self.cluster.node_names
             self.placements[j] = tuple(names[k] for k in nodes.tolist())
@@ -861,7 +873,7 @@ class Simulator:
     def _finish(self, j: int, t: int) -> None:
         if self._ls is not None:
             self._ls.release(j)
-            item = (int(self.start[j]) + self._limit[j], j)
+            item = (self._exp[j], j)
             del self._ends[bisect.bisect_left(self._ends, item)]
             if self.track_usage:
                 self._user_usage(self._user[j], t, -float(self._cap_c * self._nodes[j]))
@@ -871,7 +883,7 @@ class Simulator:
         nodes = self.job_nodes.pop(j, None)
         if nodes is not None:
             self.state.release_whole(nodes)
-            item = (int(self.start[j]) + self._limit[j], j)
+            item = (self._exp[j], j)
             k = bisect.bisect_left(self._ends, item)
             del self._ends[k]
             excl = True
@@ -889,7 +901,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ passes
     def _main(self, t: int) -> None:
-        self.stats["main_passes"] += 1
+        self._n_main += 1
         self._compact()
         if self._ls is not None:
             self._main_counts(t)
@@ -924,9 +936,30 @@ class Simulator:
         """
         lo = self._qlo
         bk = self.blocked_key
+        nodes = self._nodes
+        if self._parts_pending == 1:  # the pass ends at the first job that does not start
+            assert self._ls is not None
+            idle = self._ls.idle_count
+            qj, hi = self._qjob, self._qhi
+            for i in range(len(bk)):
+                bk[i] = math.inf
+            p = self._part[int(qj[lo])]
+            pos = 0
+            while lo + pos < hi:
+                j = int(qj[lo + pos])
+                res = self._try(j, t, ()) if nodes[j] <= idle[p] else None
+                if res is None:
+                    bk[p] = float(self._qkey[lo + pos])
+                    self._head_job[p] = j
+                    break
+                self._start(j, res[0], res[1], t, False)
+                pos += 1
+            self._scan_upto = max(self._scan_upto, pos)
+            self.bf_full = True
+            return
         bk[:] = [math.inf] * len(bk)
         blocked: set[int] = set()
-        nodes, part, idle = self._nodes, self._part, self.st.idle_count
+        part, idle = self._part, self.st.idle_count
         upto = self._scan_upto
         for pos, j in enumerate(self._queue_jobs()):
             p = part[j]
@@ -960,7 +993,7 @@ class Simulator:
                 step *= 4
 
     def _res_round(self, t: int) -> int:
-        r = self.opt.bf_resolution
+        r = self._bf_res
         return -(-t // r) * r
 
     def _backfill_full(self, t: int) -> None:
@@ -972,11 +1005,11 @@ class Simulator:
         cannot (which gets the reservation). Reservations are computed lazily: only once
         a later job could start now (a pass where nothing fits computes none).
         """
-        self.stats["backfill_full"] += 1
+        self._n_bf_full += 1
         self._compact()
         self.resv = []
         self._lazy_heads = []
-        m = min(self.porder.size, self.opt.bf_max_job_test)
+        m = min(self.porder.size, self._bf_max)
         if m == 0:
             return
         if self._ls is not None:
@@ -1012,7 +1045,7 @@ class Simulator:
         lim: np.ndarray | None = None
         late: np.ndarray | None = None  # jobs still running at resv[0]'s shadow time
         late_for: Reservation | None = None
-        res = self.opt.bf_resolution
+        res = self._bf_res
         unreserved = self._all_parts.copy()
         n_unres = unreserved.size
         pos0 = 0
@@ -1136,7 +1169,7 @@ class Simulator:
         """
         st = self.st
         nodes, part, limit = self._nodes, self._part, self._limit
-        res = self.opt.bf_resolution
+        res = self._bf_res
         single = self._parts_pending == 1
         unreserved = set(range(len(self._all_parts)))
 
@@ -1242,7 +1275,7 @@ class Simulator:
             return
         self._materialize(t)
         r0 = self.resv[0] if self.resv else None
-        thr = r0.shadow // self.opt.bf_resolution * self.opt.bf_resolution - t \
+        thr = r0.shadow // self._bf_res * self._bf_res - t \
             if r0 is not None else _INF
         if known is not None and (known[0] <= cur or thr > known[3]):
             known = None  # nothing it knows lies behind the head, or the limit fits more
@@ -1340,7 +1373,7 @@ class Simulator:
             r = self._reserve(j, t)
             if r is not None:
                 self.resv.append(r)
-                self.stats["reservations"] += 1
+                self._n_resv += 1
         self._lazy_heads = []
         self.resv.sort(key=lambda x: x.shadow)
 
@@ -1375,20 +1408,20 @@ class Simulator:
         return True
 
     def _backfill_new(self, t: int) -> None:
-        self.stats["backfill_incremental"] += 1
+        self._n_bf_inc += 1
         new = [j for j in self.bf_new if self.pending[j]]
         if not new:
             return
         # the window: ranks among pending jobs, computed on the live queue
         self._compact()
         queued = self._qhi - self._qlo
-        if queued <= self.opt.bf_max_job_test:  # the whole queue is the window
+        if queued <= self._bf_max:  # the whole queue is the window
             if len(new) > 1:
                 new.sort(key=lambda j: (self.key_of[j], j))
             for j in new:
                 self._test(j, t)
             return
-        m = min(queued, self.opt.bf_max_job_test)
+        m = min(queued, self._bf_max)
         if self._qfifo:  # in arrival order: the window is every job up to its last one
             last = int(self._qjob[self._qlo + m - 1])
             for j in sorted(j for j in new if j <= last):
@@ -1414,13 +1447,13 @@ class Simulator:
             if found is None:
                 return None
             shadow, ready_nodes = found
-            if shadow - t > self.opt.bf_window:
+            if shadow - t > self._bf_window:
                 return None
             return Reservation(j, p, shadow, extra=ready_nodes - n)
         pm = cl.part_mask[p]
         ready = np.where(pm, self._ready_shared(t, pm, c, g, m), _INF)
         shadow = int(np.partition(ready, n - 1)[n - 1])
-        if shadow >= _INF or shadow - t > self.opt.bf_window:
+        if shadow >= _INF or shadow - t > self._bf_window:
             return None
         res = self.policy.place(cl, st, ready <= shadow,
                                 Request(n, c, g, excl, j, t, self.eng.seed))
@@ -1532,26 +1565,26 @@ class Simulator:
         return fc, fg, fm
 
     def _schedule(self, t: int) -> None:
-        self.stats["passes"] += 1
-        if self.policy.dynamic and t >= self.next_recalc:
+        self._n_passes += 1
+        if self._dynamic and t >= self.next_recalc:
             self.next_recalc = t + max(1, self.opt.priority_calc_period)
             self._recalc(t)
         if self.main_dirty:
             self.main_dirty = False
             self._main(t)
-        if self.opt.backfill and (self.bf_full or self.bf_new):
+        if self._backfill and (self.bf_full or self.bf_new):
             if not self._n_pending:
                 self.bf_full = False  # nothing to backfill: no pass
                 self.bf_new.clear()
                 self.resv_valid = False
-            elif self.opt.bf_interval == 0 or t >= self.next_bf:
+            elif self._bf_interval == 0 or t >= self.next_bf:
                 if self.bf_full or not self.resv_valid:
                     self._backfill_full(t)
                 else:
                     self._backfill_new(t)
                 self.bf_full = False
                 self.bf_new.clear()
-                self.next_bf = t + self.opt.bf_interval
+                self.next_bf = t + self._bf_interval
             elif self.bf_timer_at != self.next_bf:
                 self.bf_timer_at = self.next_bf
                 self._push(self.next_bf, _TIMER, -1)
@@ -1574,6 +1607,7 @@ class Simulator:
         elig = self._elig
         heap = self.heap
         st = self.st
+        ls = self._ls
         ut: list[int] = []
         un: list[int] = []
         uc: list[int] = []
@@ -1620,10 +1654,18 @@ class Simulator:
                 events += 1
             self._schedule(t)
             ut.append(t)
-            un.append(st.busy_nodes)
-            uc.append(st.used_c)
-            ug.append(st.used_g)
+            if ls is not None:  # (typed: read as machine ints when compiled)
+                un.append(ls.busy_nodes)
+                uc.append(ls.used_c)
+                ug.append(ls.used_g)
+            else:
+                un.append(st.busy_nodes)
+                uc.append(st.used_c)
+                ug.append(st.used_g)
         self.stats["events"] = events
+        self.stats.update(zip(_COUNTERS, (
+            self._n_passes, self._n_main, self._n_bf_full, self._n_bf_inc, self._n_resv,
+            self._n_recalcs, self._n_started, self._n_backfilled), strict=True))
         self.stats["pending_mean"] = self._pend_sum / n if n else 0.0
         self.stats["pending_max"] = self._pend_max
         self.stats["wall_s"] = time.perf_counter() - wall0

@@ -157,6 +157,20 @@ class LeafState:
         _, alloc = self._running.pop(job)
         cnt = self._cnt
         b = self._buckets
+        if len(alloc) <= 2 and len(alloc[0][1]) == 1 and len(alloc[-1][1]) == 1:
+            # one or two leaves (the common case): each moves to its new count's bucket
+            freed = 0
+            for k, one in alloc:
+                leaf = one[0]
+                old = cnt[leaf]
+                cnt[leaf] = old + k
+                if old:
+                    bucket = b[old]
+                    del bucket[bisect.bisect_left(bucket, leaf)]
+                bisect.insort(b[old + k], leaf)
+                freed += k
+            self._note(freed)
+            return
         back: dict[int, list[int]] = {}
         freed = 0
         for k, leaves in alloc:
