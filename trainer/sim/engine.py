@@ -316,9 +316,11 @@ class Simulator:
         self.st: NodeState | leaves.LeafState = (
             leaves.LeafState(cluster) if self.leafy else self.state)
         self._ls = self.st if isinstance(self.st, leaves.LeafState) else None
-        # fast path: pending jobs by node count, each list in arrival (index) order, and
-        # the node counts that have some (see _backfill_deep)
-        self._bucket: dict[int, list[int]] = {}
+        # fast path: pending jobs by node count (a list indexed by the count, read faster
+        # than a dict), each list in arrival (index) order, and the counts that have some
+        # (see _backfill_deep)
+        self._bucket: list[list[int]] = (
+            [[] for _ in range(int(jobs.nodes.max()) + 1)] if self.leafy and jobs.n else [])
         self._bvals: list[int] = []
         #: what the last deep backfill pass left known (see _backfill_deep)
         self._deep_known: tuple[int, int, int, int] | None = None
@@ -334,6 +336,10 @@ class Simulator:
         # behind them (see :attr:`porder`)
         self._qjob = np.zeros(64, dtype=np.int64)
         self._qkey = np.zeros(64, dtype=np.float64)
+        # memoryviews of the same buffers: one item, a bisection or an overlapping move
+        # costs a fraction of numpy's per-call overhead (moves are memmoves either way)
+        self._mj: memoryview = self._qjob.data
+        self._mk: Any = self._qkey.data  # (items are floats: typeshed's are ints)
         self._qlo = 0
         self._qhi = 0
         self._qfifo = True  # the queue holds its jobs in arrival (index) order
@@ -450,6 +456,8 @@ class Simulator:
         qjob[:n] = order
         qkey[:n] = keys
         self._qjob, self._qkey, self._qlo, self._qhi = qjob, qkey, 0, n
+        self._mj = qjob.data
+        self._mk = qkey.data
         self._qfifo = bool((order[1:] > order[:-1]).all())
 
     def _insert(self, pos: int, j: int, key: float) -> None:
@@ -457,11 +465,11 @@ class Simulator:
         lo, hi = self._qlo, self._qhi
         at = lo + pos
         if at < hi and lo > 0 and 2 * pos < hi - lo:  # shift the shorter head left
-            qj, qk = self._qjob, self._qkey
-            qj[lo - 1:at - 1] = qj[lo:at]
-            qk[lo - 1:at - 1] = qk[lo:at]
-            qj[at - 1] = j
-            qk[at - 1] = key
+            mj, mk = self._mj, self._mk
+            mj[lo - 1:at - 1] = mj[lo:at]
+            mk[lo - 1:at - 1] = mk[lo:at]
+            mj[at - 1] = j
+            mk[at - 1] = key
             self._qlo = lo - 1
             self._qfifo = False  # jobs arrive in index order: only an append keeps it
             return
@@ -469,13 +477,13 @@ class Simulator:
             self._set_queue(self.porder, self.pkeys)
             lo, hi = 0, self._qhi
             at = pos
-        qj, qk = self._qjob, self._qkey
+        mj, mk = self._mj, self._mk
         if at < hi:
             self._qfifo = False
-            qj[at + 1:hi + 1] = qj[at:hi]
-            qk[at + 1:hi + 1] = qk[at:hi]
-        qj[at] = j
-        qk[at] = key
+            mj[at + 1:hi + 1] = mj[at:hi]
+            mk[at + 1:hi + 1] = mk[at:hi]
+        mj[at] = j
+        mk[at] = key
         self._qhi = hi + 1
 
     def _arrive(self, lo: int, hi: int, t: int) -> None:
@@ -505,7 +513,7 @@ class Simulator:
             self.pend_count[p] += 1
             self._n_pending += 1
             hi_q = self._qhi
-            if hi_q == self._qlo or key >= self._qkey[hi_q - 1]:
+            if hi_q == self._qlo or key >= self._mk[hi_q - 1]:
                 pos = hi_q - self._qlo  # (behind every queued job: the common case)
             else:
                 pos = int(self.pkeys.searchsorted(key, side="right"))
@@ -544,12 +552,10 @@ class Simulator:
         """Jobs ``lo..hi-1`` arrive: file them by node count (fast path)."""
         for j in range(lo, hi):
             v = self._nodes[j]
-            b = self._bucket.get(v)
-            if b is None:
-                self._bucket[v] = [j]
+            b = self._bucket[v]
+            if not b:
                 bisect.insort(self._bvals, v)
-            else:
-                b.append(j)  # (jobs arrive in index order: the list stays sorted)
+            b.append(j)  # (jobs arrive in index order: the list stays sorted)
 
     def _note_static(self, lo: int, hi: int) -> None:
         """Jobs ``lo..hi-1`` arrive: note whether the pending jobs' static parts differ.
@@ -690,20 +696,19 @@ class Simulator:
         overwritten before it moved). False, changing nothing, if a job is not found.
         """
         lo, hi = self._qlo, self._qhi
-        qj, qk = self._qjob, self._qkey
-        if len(self._started_jobs) == 1 and qj[lo] == self._started_jobs[0]:
+        mj, mk = self._mj, self._mk
+        if len(self._started_jobs) == 1 and mj[lo] == self._started_jobs[0]:
             self._qlo = lo + 1  # the head started (the common case)
             self._started = 0
             self._started_jobs.clear()
             self._scan_upto = 0
             return True
-        q = qj[lo:hi]
         at = []
         for j in self._started_jobs:
-            k = int(q.searchsorted(j))
-            if k >= q.size or int(q[k]) != j:  # pragma: no cover - started jobs are queued
+            k = bisect.bisect_left(mj, j, lo, hi)
+            if k >= hi or mj[k] != j:  # pragma: no cover - started jobs are queued
                 return False
-            at.append(lo + k)
+            at.append(k)
         at.sort()
         n = len(at)
         for i in range(n - 1, -1, -1):
@@ -711,8 +716,8 @@ class Simulator:
             b = at[i]
             d = n - i
             if b > a:
-                qj[a + d:b + d] = qj[a:b]
-                qk[a + d:b + d] = qk[a:b]
+                mj[a + d:b + d] = mj[a:b]
+                mk[a + d:b + d] = mk[a:b]
         self._qlo = lo + n
         self._started = 0
         self._started_jobs.clear()
@@ -846,7 +851,6 @@ class Simulator:
             b = self._bucket[v]
             del b[bisect.bisect_left(b, j)]
             if not b:
-                del self._bucket[v]
                 del self._bvals[bisect.bisect_left(self._bvals, v)]
         p = self._part[j]
         self.pend_count[p] -= 1
@@ -940,16 +944,16 @@ class Simulator:
         if self._parts_pending == 1:  # the pass ends at the first job that does not start
             assert self._ls is not None
             idle = self._ls.idle_count
-            qj, hi = self._qjob, self._qhi
+            mj, hi = self._mj, self._qhi
             for i in range(len(bk)):
                 bk[i] = math.inf
-            p = self._part[int(qj[lo])]
+            p = self._part[int(mj[lo])]
             pos = 0
             while lo + pos < hi:
-                j = int(qj[lo + pos])
+                j = int(mj[lo + pos])
                 res = self._try(j, t, ()) if nodes[j] <= idle[p] else None
                 if res is None:
-                    bk[p] = float(self._qkey[lo + pos])
+                    bk[p] = float(self._mk[lo + pos])
                     self._head_job[p] = j
                     break
                 self._start(j, res[0], res[1], t, False)
@@ -1235,15 +1239,15 @@ class Simulator:
         """
         st = self.st
         lo = self._qlo
-        qj = self._qjob
+        mj = self._mj
         nodes = self._nodes
-        p = self._part[int(qj[lo])]
+        p = self._part[int(mj[lo])]
         idle = st.idle_count
         free0 = idle[p]  # what the first reservation waits for (see _backfill_walk)
         pos = 0
         j = -1
         while pos < m:  # jobs at the front that start, then the head
-            j = int(qj[lo + pos])
+            j = int(mj[lo + pos])
             if nodes[j] <= free0 and self._test(j, t):
                 pos += 1
                 continue
@@ -1254,7 +1258,7 @@ class Simulator:
             self.resv_valid = True
             return
         self._lazy_heads.append(j)
-        last = int(qj[lo + m - 1])  # the window's last job
+        last = int(mj[lo + m - 1])  # the window's last job
         cur = j
         self.resv_valid = True
         if cur >= last:
@@ -1281,8 +1285,8 @@ class Simulator:
             known = None  # nothing it knows lies behind the head, or the limit fits more
         newer: list[int] = []  # the window's jobs past what is known, in index order
         if known is not None and last > known[0]:
-            k = lo + int(qj[lo:lo + m].searchsorted(known[0], side="right"))
-            newer = qj[k:lo + m].tolist()
+            k = bisect.bisect_right(mj, known[0], lo, lo + m)
+            newer = mj[k:lo + m].tolist()
         ok = True
         free = extra = 0
         while cur < last:
@@ -1423,7 +1427,7 @@ class Simulator:
             return
         m = min(queued, self._bf_max)
         if self._qfifo:  # in arrival order: the window is every job up to its last one
-            last = int(self._qjob[self._qlo + m - 1])
+            last = int(self._mj[self._qlo + m - 1])
             for j in sorted(j for j in new if j <= last):
                 self._test(j, t)
             return
