@@ -331,6 +331,13 @@ class Simulator:
         self.leaves = np.zeros(n, dtype=np.int32)
         self.backfilled = np.zeros(n, dtype=bool)
         self.pending = np.zeros(n, dtype=bool)
+        # (the same arrays as memoryviews, for writing one job's item: far cheaper than a
+        # numpy scalar assignment; the arrays stay the ones policies may read live)
+        self._m_start: memoryview = self.start.data
+        self._m_end: memoryview = self.end.data
+        self._m_leaves: memoryview = self.leaves.data
+        self._m_bf: Any = self.backfilled.data
+        self._m_pending: Any = self.pending.data
         # the pending queue (job, key) in priority order lives in [_qlo, _qhi) of two
         # buffers, so that appending and dropping started jobs at its head copy nothing
         # behind them (see :attr:`porder`)
@@ -420,7 +427,10 @@ class Simulator:
     def _ctx(self, now: int) -> ScoreContext:
         if self.track_usage:
             self._usage_to(now)
-        return ScoreContext(now, self.cluster, self.state, self.usage, self.rng, self.speed)
+        # (tuple.__new__: the named tuple's own __new__ is interpreted Python, one frame
+        # per arrival)
+        return tuple.__new__(ScoreContext, (now, self.cluster, self.state, self.usage,
+                                            self.rng, self.speed))
 
     def _usage_to(self, now: int) -> None:
         dt = now - self.usage_t
@@ -489,7 +499,7 @@ class Simulator:
     def _arrive(self, lo: int, hi: int, t: int) -> None:
         """Jobs ``lo..hi-1`` arrive: score them and insert them in the pending queue."""
         self._compact()
-        queued = int(self.porder.size)
+        queued = self._qhi - self._qlo
         self._pend_sum += queued * (hi - lo)
         if queued > self._pend_max:
             self._pend_max = queued
@@ -503,7 +513,7 @@ class Simulator:
             else:
                 key = -float(np.asarray(self.policy.score(
                     self.jobs, np.arange(lo, hi, dtype=np.int64), ctx), dtype=np.float64)[0])
-            self.pending[lo] = True
+            self._m_pending[lo] = True
             if self._ls is not None:
                 self._bucket_add(lo, lo + 1)
             self.key_of[lo] = key
@@ -845,7 +855,7 @@ class Simulator:
             bisect.insort(self._ends, (exp, j))
         else:
             self.job_slots[j] = st.allocate_shared(nodes, sh[2], sh[3], sh[4], exp, aend)
-        self.pending[j] = False
+        self._m_pending[j] = False
         if self._ls is not None:
             v = self._nodes[j]
             b = self._bucket[v]
@@ -859,12 +869,12 @@ class Simulator:
         self._n_pending -= 1
         self._started += 1
         self._started_jobs.append(j)
-        self.start[j] = t
-        self.end[j] = aend
-        self.leaves[j] = nl
+        self._m_start[j] = t
+        self._m_end[j] = aend
+        self._m_leaves[j] = nl
         self._n_started += 1
         if by_backfill:
-            self.backfilled[j] = True
+            self._m_bf[j] = True
             self._n_backfilled += 1
         if self.placements is not None:
             names = self.cluster.node_names
@@ -1013,7 +1023,7 @@ class Simulator:
         self._compact()
         self.resv = []
         self._lazy_heads = []
-        m = min(self.porder.size, self._bf_max)
+        m = min(self._qhi - self._qlo, self._bf_max)
         if m == 0:
             return
         if self._ls is not None:
@@ -1413,7 +1423,8 @@ class Simulator:
 
     def _backfill_new(self, t: int) -> None:
         self._n_bf_inc += 1
-        new = [j for j in self.bf_new if self.pending[j]]
+        mp = self._m_pending
+        new = [j for j in self.bf_new if mp[j]]
         if not new:
             return
         # the window: ranks among pending jobs, computed on the live queue

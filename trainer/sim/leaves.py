@@ -157,20 +157,25 @@ class LeafState:
         _, alloc = self._running.pop(job)
         cnt = self._cnt
         b = self._buckets
-        if len(alloc) <= 2 and len(alloc[0][1]) == 1 and len(alloc[-1][1]) == 1:
-            # one or two leaves (the common case): each moves to its new count's bucket
+        few = True
+        for _, leaves in alloc:
+            if len(leaves) > 8:
+                few = False
+                break
+        if few:  # a few leaves (the common case): each moves to its new count's bucket
             freed = 0
-            for k, one in alloc:
-                leaf = one[0]
-                old = cnt[leaf]
-                cnt[leaf] = old + k
-                if old:
-                    bucket = b[old]
-                    del bucket[bisect.bisect_left(bucket, leaf)]
-                bisect.insort(b[old + k], leaf)
-                freed += k
+            for k, leaves in alloc:
+                for leaf in leaves:
+                    old = cnt[leaf]
+                    cnt[leaf] = old + k
+                    if old:
+                        bucket = b[old]
+                        del bucket[bisect.bisect_left(bucket, leaf)]
+                    bisect.insort(b[old + k], leaf)
+                freed += k * len(leaves)
             self._note(freed)
             return
+        # many leaves: their buckets are merged once each
         back: dict[int, list[int]] = {}
         freed = 0
         for k, leaves in alloc:
