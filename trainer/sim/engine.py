@@ -367,6 +367,7 @@ class Simulator:
         self.blocked_key: list[float] = [math.inf] * n_parts
         self._head_job: dict[int, int] = {}
         self.key_of = np.zeros(n, dtype=np.float64)
+        self._m_key: Any = self.key_of.data
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
         self.job_nodes: dict[int, np.ndarray] = {}
@@ -516,7 +517,7 @@ class Simulator:
             self._m_pending[lo] = True
             if self._ls is not None:
                 self._bucket_add(lo, lo + 1)
-            self.key_of[lo] = key
+            self._m_key[lo] = key
             p = self._part[lo]
             if not self.pend_count[p]:
                 self._parts_pending += 1
@@ -594,14 +595,14 @@ class Simulator:
         depends on their values.
         """
         self._compact()
-        if not self.porder.size:
+        if self._qhi == self._qlo:
             return
         self._n_recalcs += 1
         if self._defer_ok():
             self._lazy_at = t
             return
         self._sync_keys()
-        self._rescore(t, int(self.porder.size))
+        self._rescore(t, self._qhi - self._qlo)
 
     def _defer_ok(self) -> bool:
         """A re-scoring now could be deferred: it would change only key values.
@@ -629,7 +630,9 @@ class Simulator:
         self._lazy_at = None
         self._compact()
         assert self._qfifo  # (kept while deferred: only an arrival that syncs can break it)
-        upto = int(self.porder.searchsorted(bisect.bisect_right(self._elig, t)))
+        lo = self._qlo
+        upto = bisect.bisect_left(self._mj, bisect.bisect_right(self._elig, t), lo,
+                                  self._qhi) - lo
         if upto:
             self._rescore(t, upto)
         else:
@@ -1389,7 +1392,8 @@ class Simulator:
                 self.resv.append(r)
                 self._n_resv += 1
         self._lazy_heads = []
-        self.resv.sort(key=lambda x: x.shadow)
+        if len(self.resv) > 1:
+            self.resv.sort(key=lambda x: x.shadow)
 
     def _view(self, j: int, t: int) -> tuple[Reservation, ...]:
         """The reservations ``j`` would still be running at if it started now."""
