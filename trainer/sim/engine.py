@@ -1676,10 +1676,8 @@ class Simulator:
                 events += 1
             self._schedule(t)
             ut.append(t)
-            if ls is not None:  # (typed: read as machine ints when compiled)
+            if ls is not None:  # (CPUs and GPUs are busy nodes times the per-node count)
                 un.append(ls.busy_nodes)
-                uc.append(ls.used_c)
-                ug.append(ls.used_g)
             else:
                 un.append(st.busy_nodes)
                 uc.append(st.used_c)
@@ -1690,13 +1688,20 @@ class Simulator:
             self._n_recalcs, self._n_started, self._n_backfilled), strict=True))
         self.stats["pending_mean"] = self._pend_sum / n if n else 0.0
         self.stats["pending_max"] = self._pend_max
+        util_nodes = np.array(un, dtype=np.int64)
+        if ls is not None:  # every busy node is whole: its CPUs and GPUs are all in use
+            util_cpus = util_nodes * ls.cpus_per_node
+            util_gpus = util_nodes * ls.gpus_per_node
+        else:
+            util_cpus = np.array(uc, dtype=np.int64)
+            util_gpus = np.array(ug, dtype=np.int64)
         self.stats["wall_s"] = time.perf_counter() - wall0
         return SimResult(
             jobs=jobs, cluster=self.cluster, policy=self.policy.name, options=self.opt,
             engine=self.eng, start=self.start, end=self.end, leaves=self.leaves,
             backfilled=self.backfilled, util_t=np.array(ut, dtype=np.int64),
-            util_nodes=np.array(un, dtype=np.int64), util_cpus=np.array(uc, dtype=np.int64),
-            util_gpus=np.array(ug, dtype=np.int64), frag_t=np.array(ft, dtype=np.int64),
+            util_nodes=util_nodes, util_cpus=util_cpus,
+            util_gpus=util_gpus, frag_t=np.array(ft, dtype=np.int64),
             frag=np.array(fv, dtype=np.float64), stats=dict(self.stats),
             placements=self.placements,
         )

@@ -72,6 +72,9 @@ class LeafState:
         self._idle = self._total
         self._cpn = int(cluster.cap_c[0]) if cluster.num_nodes else 0
         self._gpn = int(cluster.cap_g[0]) if cluster.num_nodes else 0
+        #: CPUs and GPUs of each node (the cluster is homogeneous)
+        self.cpus_per_node = self._cpn
+        self.gpus_per_node = self._gpn
         self.busy_nodes = 0
         self.used_c = 0
         self.used_g = 0
