@@ -208,23 +208,35 @@ def test_eligible_clusters() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_place_matches_tree_best_fit(seed: int) -> None:
-    """Random idle patterns on leaves of unequal sizes: the same leaves and counts."""
+@pytest.mark.parametrize("n_leaves", [12, 40])
+def test_place_matches_tree_best_fit(seed: int, n_leaves: int) -> None:
+    """Random idle patterns on leaves of unequal sizes: the same leaves and counts.
+
+    With 40 leaves of 3 or 4 nodes some jobs take more than 8 whole leaves of one count,
+    which :meth:`~trainer.sim.leaves.LeafState.release` gives back by merging buckets
+    rather than leaf by leaf: after every release each bucket holds, sorted, exactly the
+    leaves with that many idle nodes.
+    """
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, 9, 12)
+    sizes = rng.integers(1, 9, n_leaves) if n_leaves <= 12 else rng.integers(3, 5, n_leaves)
     cl = _uneven_cluster(sizes.tolist())
     ls = leaves.LeafState(cl)
     st = NodeState(cl)
     st.whole_only = True
     running: list[tuple[int, np.ndarray]] = []
     job = 0
+    wide = 0  # releases of a job with more than 8 leaves of one count
     for _ in range(300):
         if running and (rng.random() < 0.45 or st.busy_nodes > 0.9 * cl.num_nodes):
             k = int(rng.integers(len(running)))
             j, nodes = running.pop(k)
+            wide += any(len(ids) > 8 for _, ids in ls._running[j][1])
             ls.release(j)
             st.release_whole(nodes)
-        n = int(rng.integers(1, 3 * cl.max_leaf))
+            cnt = ls._cnt
+            for c in range(1, cl.max_leaf + 1):
+                assert ls._buckets[c] == [leaf for leaf in range(n_leaves) if cnt[leaf] == c]
+        n = int(rng.integers(1, (3 if n_leaves <= 12 else 20) * cl.max_leaf))
         ref = tree_best_fit(cl, st, st.idle.copy(), Request(n, 0, 0, True))
         got = ls.place(n)
         if ref is None:
@@ -244,6 +256,7 @@ def test_place_matches_tree_best_fit(seed: int) -> None:
         job += 1
         assert ls.idle_count[0] == st.idle_count[0] and ls.busy_nodes == st.busy_nodes
         assert ls.used_c == st.used_c
+    assert n_leaves <= 12 or wide  # (both ways of giving nodes back were taken)
 
 
 def _uneven_cluster(sizes: list[int]) -> Cluster:

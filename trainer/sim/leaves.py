@@ -49,6 +49,8 @@ class LeafState:
     Attributes:
         idle_count: Idle nodes per partition (every partition holds every node).
         busy_nodes, used_c, used_g: Non-idle nodes, allocated CPUs and GPUs.
+        cpus_per_node, gpus_per_node: What each node has (``used_c`` is always
+            ``busy_nodes * cpus_per_node``, ``used_g`` likewise).
         shared_rows: Always 0 (no shared-node job runs here).
         version: Bumped on every allocation or release.
     """
@@ -70,11 +72,8 @@ class LeafState:
         self._parts = len(cluster.part_all)
         self.idle_count: list[int] = [self._total] * self._parts
         self._idle = self._total
-        self._cpn = int(cluster.cap_c[0]) if cluster.num_nodes else 0
-        self._gpn = int(cluster.cap_g[0]) if cluster.num_nodes else 0
-        #: CPUs and GPUs of each node (the cluster is homogeneous)
-        self.cpus_per_node = self._cpn
-        self.gpus_per_node = self._gpn
+        self.cpus_per_node = int(cluster.cap_c[0]) if cluster.num_nodes else 0
+        self.gpus_per_node = int(cluster.cap_g[0]) if cluster.num_nodes else 0
         self.busy_nodes = 0
         self.used_c = 0
         self.used_g = 0
@@ -220,8 +219,8 @@ class LeafState:
         for p in range(self._parts):
             ic[p] += delta
         self.busy_nodes -= delta
-        self.used_c -= delta * self._cpn
-        self.used_g -= delta * self._gpn
+        self.used_c -= delta * self.cpus_per_node
+        self.used_g -= delta * self.gpus_per_node
         self.version += 1
 
     # ------------------------------------------------------------------ queries
@@ -247,7 +246,7 @@ class LeafState:
         if cl.total_gpus > 0:
             # every busy node has one whole-node job: all its GPUs end together
             n = cl.num_nodes
-            g = float(self._gpn)
+            g = float(self.gpus_per_node)
             vals = []
             for aend, alloc in self._running.values():
                 rem = float(max(aend - now, 0))
@@ -258,7 +257,7 @@ class LeafState:
                     vals.extend([f] * (k * len(leaves)))
             frag = np.zeros(n)
             frag[:len(vals)] = vals
-            return float(frag.mean()) if self._gpn > 0 else 0.0
+            return float(frag.mean()) if self.gpus_per_node > 0 else 0.0
         nl = cl.num_leaves
         ids: list[int] = []
         w1: list[float] = []
