@@ -806,15 +806,17 @@ class Simulator:
         n = self._nodes[j]
         sh = self._shape[j]
         p, excl, c, g, _ = self._sh[sh]
+        ls = self._ls
         if excl:  # the count first (a whole-node reservation caps it), the mask later
-            if self.st.idle_count[p] < n:
+            # (the leaf state typed: its counts read natively when compiled)
+            if (ls.idle_count[p] if ls is not None else self.state.idle_count[p]) < n:
                 return None
             for r in view:
                 if r.whole and r.extra < n:
                     return None
         res: tuple[Any, int] | None
-        if self._ls is not None:
-            res = self._ls.place(n)
+        if ls is not None:
+            res = ls.place(n)
         else:
             mask, cnt = self._usable(sh, view)
             if cnt < n:
@@ -1253,12 +1255,13 @@ class Simulator:
         (:meth:`_deep_find`), and the jobs that entered the window since are read from
         the queue. Jobs arrive in index order, so no job enters that range later.
         """
-        st = self.st
+        ls = self._ls
+        assert ls is not None
         lo = self._qlo
         mj = self._mj
         nodes = self._nodes
         p = self._part[int(mj[lo])]
-        idle = st.idle_count
+        idle = ls.idle_count
         free0 = idle[p]  # what the first reservation waits for (see _backfill_walk)
         pos = 0
         j = -1
@@ -1493,11 +1496,13 @@ class Simulator:
         the running jobs in order of expected end (kept sorted as they start and end)
         until enough nodes are free: no pass over the nodes.
         """
-        idle = int(self.st.idle_count[p])
+        ls = self._ls
+        idle = ls.idle_count[p] if ls is not None else int(self.state.idle_count[p])
         need = n - idle
         if need <= 0:
             return t, idle
-        if self.st.shared_rows == 0 and self.cluster.part_all[p]:
+        # (the leaf state: whole nodes only, every partition holds every node)
+        if ls is not None or (self.state.shared_rows == 0 and self.cluster.part_all[p]):
             acc = 0
             shadow = -1
             nodes = self._nodes
