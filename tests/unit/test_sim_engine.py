@@ -469,3 +469,16 @@ def test_queue_insertions_keep_order_and_arrival_flag():
         if j == 100:  # drop a head as the compaction does, so the head has room
             sim._qlo += 10
             del ref[:10]
+
+
+def test_score_context_has_every_field():
+    """The engine builds its ScoreContext with ``tuple.__new__`` (no interpreted frame):
+    it must still be a whole ScoreContext, one value per field, the replay's own."""
+    recs = _random_records(20, 2, True)
+    sp = spec(4)
+    cl = Cluster.from_spec(sp)
+    sim = Simulator(build_jobs(recs, cl), cl, make_policy("fifo"))
+    ctx = sim._ctx(123)
+    assert type(ctx) is ScoreContext and len(ctx) == len(ScoreContext._fields)
+    assert ctx == ScoreContext(123, sim.cluster, sim.state, sim.usage, sim.rng, sim.speed)
+    assert ctx.now == 123 and ctx.speed is sim.speed
