@@ -86,7 +86,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -376,7 +376,6 @@ class Simulator:
         self.job_nodes: dict[int, np.ndarray] = {}
         self.job_slots: dict[int, np.ndarray] = {}
         self._ends: list[tuple[int, int]] = []  # (expected end, job) of whole-node jobs
-        self._exp: list[int] = [0] * n  # expected end (start + limit) of started jobs
         self.placements: dict[int, tuple[str, ...]] | None = (
             {} if self.eng.keep_placements else None)
         # python lists of hot per-job columns (scalar access is faster than numpy's)
@@ -852,7 +851,6 @@ class Simulator:
             self.speed.on_start(j, nodes, nl, t)
         aend = t + run
         exp = t + self._limit[j]
-        self._exp[j] = exp
         st = self.state
         if self._ls is not None:
             self._ls.allocate(j, nodes, aend)
@@ -895,7 +893,7 @@ class Simulator:
     def _finish(self, j: int, t: int) -> None:
         if self._ls is not None:
             self._ls.release(j)
-            item = (self._exp[j], j)
+            item = (self._m_start[j] + self._limit[j], j)
             del self._ends[bisect.bisect_left(self._ends, item)]
             if self.track_usage:
                 self._user_usage(self._user[j], t, -float(self._cap_c * self._nodes[j]))
@@ -905,7 +903,7 @@ class Simulator:
         nodes = self.job_nodes.pop(j, None)
         if nodes is not None:
             self.state.release_whole(nodes)
-            item = (self._exp[j], j)
+            item = (self._m_start[j] + self._limit[j], j)
             k = bisect.bisect_left(self._ends, item)
             del self._ends[k]
             excl = True
@@ -953,66 +951,35 @@ class Simulator:
     def _main_counts(self, t: int) -> None:
         """:meth:`_main` on the fast path (plain Python, same result).
 
-        The queue is read a few jobs at a time (:meth:`_queue_jobs`): with one partition
+        The queue is read one job at a time through its memoryview: with one partition
         the pass ends at the first job that does not start, however deep the queue.
         """
-        lo = self._qlo
+        ls = self._ls
+        assert ls is not None
+        lo, hi = self._qlo, self._qhi
+        mj, mk = self._mj, self._mk
         bk = self.blocked_key
-        nodes = self._nodes
-        if self._parts_pending == 1:  # the pass ends at the first job that does not start
-            assert self._ls is not None
-            idle = self._ls.idle_count
-            mj, hi = self._mj, self._qhi
-            for i in range(len(bk)):
-                bk[i] = math.inf
-            p = self._part[int(mj[lo])]
-            pos = 0
-            while lo + pos < hi:
-                j = int(mj[lo + pos])
-                res = self._try(j, t, ()) if nodes[j] <= idle[p] else None
-                if res is None:
-                    bk[p] = float(self._mk[lo + pos])
-                    self._head_job[p] = j
-                    break
-                self._start(j, res[0], res[1], t, False)
-                pos += 1
-            self._scan_upto = max(self._scan_upto, pos)
-            self.bf_full = True
-            return
         bk[:] = [math.inf] * len(bk)
         blocked: set[int] = set()
-        part, idle = self._part, self.st.idle_count
+        nodes, part, idle = self._nodes, self._part, ls.idle_count
         upto = self._scan_upto
-        for pos, j in enumerate(self._queue_jobs()):
+        for k in range(lo, hi):
+            j = int(mj[k])
             p = part[j]
             if p in blocked:
                 continue
             res = self._try(j, t, ()) if nodes[j] <= idle[p] else None
             if res is None:
                 blocked.add(p)
-                bk[p] = float(self._qkey[lo + pos])
+                bk[p] = float(mk[k])
                 self._head_job[p] = j
                 if len(blocked) >= self._parts_pending:
                     break
             else:
                 self._start(j, res[0], res[1], t, False)
-                upto = pos + 1
+                upto = k - lo + 1
         self._scan_upto = max(self._scan_upto, upto)
         self.bf_full = True
-
-    def _queue_jobs(self) -> Iterator[int]:
-        """The pending jobs in priority order, as ints, read 4, 16, then 64 at a time.
-
-        (A pass mostly ends within the first few jobs: reading 64 ints each time made
-        most of them for nothing.)
-        """
-        k, hi = self._qlo, self._qhi
-        step = 4
-        while k < hi:
-            yield from self._qjob[k:min(hi, k + step)].tolist()
-            k += step
-            if step < 64:
-                step *= 4
 
     def _res_round(self, t: int) -> int:
         r = self._bf_res

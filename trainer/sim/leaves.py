@@ -155,37 +155,24 @@ class LeafState:
         return taken
 
     def release(self, job: int) -> None:
-        """Give ``job``'s nodes back."""
+        """Give ``job``'s nodes back.
+
+        Each leaf moves to the bucket of its new idle count; more than 8 whole leaves of
+        one count, still empty (the common case for a large job), join their bucket in
+        one merge instead.
+        """
         _, alloc = self._running.pop(job)
         cnt = self._cnt
         b = self._buckets
-        few = True
-        for _, leaves in alloc:
-            if len(leaves) > 8:
-                few = False
-                break
-        if few:  # a few leaves (the common case): each moves to its new count's bucket
-            freed = 0
-            for k, leaves in alloc:
-                for leaf in leaves:
-                    old = cnt[leaf]
-                    cnt[leaf] = old + k
-                    if old:
-                        bucket = b[old]
-                        del bucket[bisect.bisect_left(bucket, leaf)]
-                    bisect.insort(b[old + k], leaf)
-                freed += k * len(leaves)
-            self._note(freed)
-            return
-        # many leaves: their buckets are merged once each
-        back: dict[int, list[int]] = {}
+        back: dict[int, list[int]] | None = None  # (made only when a merge is due)
         freed = 0
         for k, leaves in alloc:
             freed += k * len(leaves)
-            if len(leaves) > 1 and not any(itemgetter(*leaves)(cnt)):
-                # leaves taken whole and still empty (the common case): one bucket merge
+            if len(leaves) > 8 and not any(itemgetter(*leaves)(cnt)):
                 for leaf in leaves:
                     cnt[leaf] = k
+                if back is None:
+                    back = {}
                 lst = back.get(k)
                 if lst is None:
                     back[k] = list(leaves)
@@ -194,22 +181,15 @@ class LeafState:
                 continue
             for leaf in leaves:
                 old = cnt[leaf]
-                new = old + k
-                cnt[leaf] = new
+                cnt[leaf] = old + k
                 if old:
                     bucket = b[old]
                     del bucket[bisect.bisect_left(bucket, leaf)]
-                lst = back.get(new)
-                if lst is None:
-                    back[new] = [leaf]
-                else:
-                    lst.append(leaf)
-        for c, leaves in back.items():
-            bucket = b[c]
-            if len(leaves) == 1:
-                bisect.insort(bucket, leaves[0])
-            else:
-                bucket.extend(leaves)
+                bisect.insort(b[old + k], leaf)
+        if back is not None:
+            for c, merged in back.items():
+                bucket = b[c]
+                bucket.extend(merged)
                 bucket.sort()
         self._note(freed)
 
