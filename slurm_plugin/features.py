@@ -58,8 +58,10 @@ __all__ = [
     "user_index",
 ]
 
-#: Bumped whenever a feature is added, removed, reordered or computed differently.
-SCHEMA_VERSION = 1
+#: Bumped whenever a feature is added, removed, reordered or computed differently
+#: (2: the run-time estimate is the mean run/limit ratio of the user's last 32 jobs,
+#: not the median of 16).
+SCHEMA_VERSION = 2
 
 #: Per pending job, in column order.
 JOB_FEATURES: tuple[str, ...] = (
@@ -120,7 +122,7 @@ class Normalisation:
     time_scale: float = 3600.0
     default_ratio: float = 0.5
     usage_half_life: float = 7 * 86400.0
-    history: int = 16
+    history: int = 32
     unknown_limit: float = 86400.0
 
 
@@ -437,8 +439,14 @@ class UserHistory:
 
     - *usage share*: each user's CPU-seconds, decayed with ``usage_half_life``, divided by
       the sum over users (Slurm's fair-share usage, simplified).
-    - *run-time estimate*: time limit times the median ``run / limit`` of the user's last
-      ``history`` jobs (``default_ratio`` without history).
+    - *run-time estimate*: time limit times the mean ``run / limit`` of the user's last
+      ``history`` jobs (``default_ratio`` without history). The mean, not the median:
+      ordering by the expected run time is what minimises the expected mean completion
+      time (shortest expected processing time first), and users' ratios are bimodal (jobs
+      that fail early, jobs that run to the limit), where the median hides the second
+      mode. On theta.swf, ordering by this estimate (the ``sef`` baseline) gave a mean
+      bounded slowdown 17% lower than by the median of 16 (geometric mean over six
+      windows, 0.315 against 0.380 of the Slurm baseline's).
     - *locality sensitivity*: how much slower, relative to its limit, the user's jobs ran
       when spread over more than one leaf switch than when kept in one:
       ``clip(mean ratio spread / mean ratio packed - 1, 0, 1)``; 0 until both kinds exist.
@@ -497,7 +505,8 @@ class UserHistory:
                 if us is None:
                     v = (self.norm.default_ratio, 0.0, 0.0)
                 else:
-                    r = float(np.median(us.ratios)) if us.ratios else self.norm.default_ratio
+                    r = (sum(us.ratios) / len(us.ratios) if us.ratios
+                         else self.norm.default_ratio)
                     packed = [x for s, x in us.spread if not s]
                     spread = [x for s, x in us.spread if s]
                     lo = 0.0

@@ -62,7 +62,7 @@ by :func:`trainer.evaluate.check_targets`):
 
 - ``sef``, Shortest Estimated run First: the run-time estimate the helper's features
   compute from the user's history (:class:`slurm_plugin.features.UserHistory`: the time
-  limit times the median ``run / limit`` of the user's recent jobs), shortest first.
+  limit times the mean ``run / limit`` of the user's recent jobs), shortest first.
   Deployable: it reads what a scheduler knows, not the recorded run time. The history
   grows with the replay's own completions (:meth:`Policy.bind`), from what it held when
   the replay began (empty, or warm-started by the caller). Re-scored every calc period.
@@ -508,7 +508,7 @@ class Sef(Policy):
 
     The estimate is the one the helper's features compute
     (:meth:`slurm_plugin.features.UserHistory.estimates`: the time limit, or
-    ``Normalisation.unknown_limit`` without one, times the median ``run / limit`` of the
+    ``Normalisation.unknown_limit`` without one, times the mean ``run / limit`` of the
     user's last jobs; ``default_ratio`` for a user without history), so a net trained to
     imitate it sees exactly what it orders by. Ties keep arrival order.
 
