@@ -54,6 +54,9 @@ class SimulateConfig:
         nodes_per_leaf: Nodes per leaf switch of a synthetic cluster.
         default_time_limit: Time limit (s) of jobs whose record has none (default: their
             recorded run time, a perfect estimate).
+        missing_limits: Time limits of a trace that records none (:mod:`trainer.sim.limits`):
+            ``run`` (each job's run time) or ``users`` (modelled user requests, which the
+            policy sees as limits).
         bf_interval: Seconds between backfill passes (0: every event); default from
             the config, else Slurm's 30.
         bf_resolution: Backfill time resolution, s (default: config, else 60).
@@ -83,6 +86,7 @@ class SimulateConfig:
     cpus_per_node: int | None = None
     nodes_per_leaf: int = 4
     default_time_limit: int | None = None
+    missing_limits: str = "run"
     bf_interval: int | None = None
     bf_resolution: int | None = None
     bf_window: int | None = None
@@ -129,6 +133,12 @@ def _input_options(fn: F) -> F:
                      help="Nodes per leaf switch of a synthetic cluster (default 4)."),
         click.option("--default-time-limit", type=click.IntRange(min=1),
                      help="Time limit (s) of jobs without one (default: their run time)."),
+        click.option("--missing-limits", type=click.Choice(["run", "users"]),
+                     help="Time limits of a trace that records none: 'run', each job's"
+                          " run time (a perfect estimate the policy does not see; the"
+                          " default), or 'users', modelled user requests (overestimated,"
+                          " rounded to the usual steps) that backfill, the baselines and"
+                          " the policy all see."),
         click.option("--bf-interval", type=click.IntRange(min=0),
                      help="Seconds between backfill passes, 0: every event (default: config,"
                           " else 30)."),
@@ -182,7 +192,8 @@ def load_input(src: Any) -> tuple[Any, Any, Any]:
 
     ``src`` has the input options as attributes (``trace`` or ``db``/``cluster``,
     ``since``, ``window``, ``limit``, ``nodes``, ``gpus_per_node``, ``cpus_per_node``,
-    ``nodes_per_leaf``, ``config``): :class:`SimulateConfig` and ``rlsched train``'s
+    ``nodes_per_leaf``, ``missing_limits``, ``config``): :class:`SimulateConfig` and
+    ``rlsched train``'s
     options both do.
 
     Returns:
@@ -208,13 +219,15 @@ def load_input(src: Any) -> tuple[Any, Any, Any]:
                                   gpus_per_node=src.gpus_per_node,
                                   cpus_per_node=src.cpus_per_node,
                                   nodes_per_leaf=src.nodes_per_leaf, since=since,
-                                  window=window, limit=src.limit)
+                                  window=window, limit=src.limit,
+                                  missing_limits=src.missing_limits)
         else:
             from db.session import StoreError
 
             try:
                 inp = load.from_store(src.db, str(src.cluster), since=since, window=window,
-                                      limit=src.limit, nodes_per_leaf=src.nodes_per_leaf)
+                                      limit=src.limit, nodes_per_leaf=src.nodes_per_leaf,
+                                      missing_limits=src.missing_limits)
             except StoreError as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
     except (OSError, ValueError) as exc:

@@ -71,6 +71,9 @@ class InputOptions:
         nodes_per_leaf: Nodes per leaf switch of a synthetic cluster.
         default_time_limit: Time limit (s) of jobs whose record has none (default: the
             recorded run time, which the policy does not see as a limit).
+        missing_limits: Time limits of a trace that records none (:mod:`trainer.sim.limits`):
+            ``run`` (each job's run time) or ``users`` (modelled user requests, which the
+            policy sees as limits).
         config: Saved ``scontrol show config``: the Slurm baseline's priority weights and
             scheduler parameters (Slurm's defaults without it).
         out: Output folder.
@@ -89,6 +92,7 @@ class InputOptions:
     cpus_per_node: int | None = None
     nodes_per_leaf: int = 4
     default_time_limit: int | None = None
+    missing_limits: str = "run"
     config: str | None = None
     out: str = "rlsched-train"
     seed: int = 0
@@ -245,6 +249,12 @@ def _input_options(fn: F) -> F:
                      help="Nodes per leaf switch of a synthetic cluster (default 4)."),
         click.option("--default-time-limit", type=click.IntRange(min=1),
                      help="Time limit (s) of jobs whose record has none."),
+        click.option("--missing-limits", type=click.Choice(["run", "users"]),
+                     help="Time limits of a trace that records none: 'run', each job's"
+                          " run time (a perfect estimate the policy does not see; the"
+                          " default), or 'users', modelled user requests (overestimated,"
+                          " rounded to the usual steps) that backfill, the baselines and"
+                          " the policy all see."),
         click.option("--config", "config", type=click.Path(exists=True, dir_okay=False),
                      help="Saved 'scontrol show config': the Slurm baseline's settings."),
         click.option("--out", type=click.Path(file_okay=False),

@@ -166,6 +166,11 @@ class DemoConfig:
     the synthetic workload and its simulated Slurm history."""
     cluster: str | None = None
     """Cluster name in the store (default: ``demo``, or the trace file's stem)."""
+    missing_limits: str = "run"
+    """Time limits of a trace that records none (:mod:`trainer.sim.limits`): ``run``
+    (each job's run time, a perfect estimate the policy does not see) or ``users``
+    (modelled user requests that backfill, the baselines and the policy all see).
+    The synthetic workload has its own limits."""
     mean_interarrival_s: float = 130.0
     """Mean seconds between synthetic submissions: denser than the calibrated 172 s, so
     that the queue and the order matter (3,000 jobs from a Monday offer about 110% of
@@ -198,6 +203,9 @@ class DemoConfig:
             raise ValueError("mean_interarrival_s must be positive and threads >= 1")
         if not (0 < self.train < 1 and 0 < self.val < 1 and self.train + self.val < 1):
             raise ValueError("train and val must be shares with train + val < 1")
+        from .sim.limits import check_missing_limits
+
+        check_missing_limits(self.missing_limits)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -435,7 +443,8 @@ class Demo:
         from .sim.state import Cluster, build_jobs
 
         c = self.config
-        inp = from_store(self.db, c.cluster_name, limit=c.jobs)
+        inp = from_store(self.db, c.cluster_name, limit=c.jobs,
+                         missing_limits=c.missing_limits)
         cl = Cluster.from_spec(inp.spec)
         jobs = build_jobs(inp.records, cl)
         if jobs.n < 50:
@@ -733,6 +742,9 @@ def _final_table(d: Demo) -> None:
                    " with rlsched ingest swf/philly, its logged starts imitated.")
 @click.option("--speed-model", type=click.Choice(["none", "locality", "bandwidth"]),
               help="How run times depend on placement (default: locality; none for SWF).")
+@click.option("--missing-limits", type=click.Choice(["run", "users"]),
+              help="Time limits of a --trace that records none: run (each job's run time,"
+                   " the default) or users (modelled user requests the policy sees too).")
 @click.option("--algo", help="RL algorithm: ppo (default), a2c, dqn, reinforce, cem.")
 @click.option("--force", is_flag=True, default=None,
               help="Replace the artifacts of an earlier run in --out.")

@@ -79,6 +79,27 @@ def test_compare_runs_every_baseline(tmp_path):
     assert by["fifo"]["wait_s"]["mean"] < by["fifo-nobf"]["wait_s"]["mean"]
 
 
+@needs_trace
+def test_missing_limits_users_gives_the_jobs_modelled_requests(tmp_path):
+    """Lublin records no requested time: 'run' plans backfill with the run times, so sjf
+    orders by run time exactly (as sif does); 'users' plans with modelled requests."""
+    out = {}
+    for how in ("run", "users"):
+        res = _run("compare", "--trace", str(LUBLIN), "--limit", "1500", "--json",
+                   "--missing-limits", how, "--out", str(tmp_path / how))
+        out[how] = {m["policy"]: m for m in json.loads(res.stdout)}
+        cfg = json.loads((tmp_path / how / "config.json").read_text())
+        assert cfg["command"]["missing_limits"] == how
+    run, users = out["run"], out["users"]
+    assert run["sjf"]["bsld"]["mean"] == run["sif"]["bsld"]["mean"]
+    assert users["sjf"]["bsld"]["mean"] != users["sif"]["bsld"]["mean"]
+    assert users["sif"]["bsld"]["mean"] != run["sif"]["bsld"]["mean"]  # backfill plans differ
+    assert users["fifo-nobf"]["wait_s"] == run["fifo-nobf"]["wait_s"]  # no backfill: no use
+    res = CliRunner().invoke(cli.main, ["compare", "--trace", str(LUBLIN),
+                                        "--missing-limits", "oracle"])
+    assert res.exit_code == 2 and "oracle" in res.output
+
+
 def test_input_is_required():
     result = CliRunner().invoke(cli.main, ["simulate"])
     assert result.exit_code != 0

@@ -94,6 +94,7 @@ def from_trace(
     window: int | None = None,
     limit: int | None = None,
     name: str | None = None,
+    missing_limits: str = "run",
 ) -> ReplayInput:
     """Read a trace file and the synthetic cluster for it.
 
@@ -108,11 +109,18 @@ def from_trace(
         window: Slice length, s.
         limit: At most this many jobs (the first by submit time).
         name: Cluster name (default: the file name without extensions).
+        missing_limits: How to fill in the time limits the trace does not record:
+            ``run`` (each job's run time, by :func:`~trainer.sim.state.build_jobs`) or
+            ``users`` (modelled requests, :mod:`trainer.sim.limits`).
 
     Raises:
         OSError: If the file cannot be read.
-        ValueError: On a malformed header or an impossible size.
+        ValueError: On a malformed header, an impossible size or an unknown
+            ``missing_limits``.
     """
+    from .limits import apply_missing_limits, check_missing_limits
+
+    check_missing_limits(missing_limits)
     p = Path(path)
     cluster = name or p.name.split(".")[0]
     rejected: Counter[str] = Counter()
@@ -122,6 +130,7 @@ def from_trace(
     else:
         header, items = traces.read_swf(p, cpus_per_node=cpus_per_node, cluster=cluster)
     records = take_slice(_split(items, rejected), since=since, window=window, limit=limit)
+    records = apply_missing_limits(records, missing_limits)
     size_from: traces.TraceHeader | list[JobRecord] = header
     if header.variant == "philly" and num_nodes is None:
         size_from = records
@@ -141,15 +150,25 @@ def from_store(
     window: int | None = None,
     limit: int | None = None,
     nodes_per_leaf: int = 4,
+    missing_limits: str = "run",
 ) -> ReplayInput:
     """Read one cluster's jobs and spec from the store.
+
+    ``missing_limits`` fills in the limits jobs lack, as in :func:`from_trace` (e.g. a
+    trace ingested into the store; on a Slurm cluster, jobs under an ``UNLIMITED``
+    partition limit).
 
     Raises:
         db.store.UnknownClusterError: If the store has no such cluster.
         db.session.StoreError: If the store cannot be opened.
-        ValueError: If the cluster has neither a stored spec nor jobs to size one.
+        ValueError: If the cluster has neither a stored spec nor jobs to size one, or on
+            an unknown ``missing_limits``.
     """
     from db.store import Store, UnknownClusterError
+
+    from .limits import apply_missing_limits, check_missing_limits
+
+    check_missing_limits(missing_limits)
 
     with Store.open(url) as store:
         cid = store.cluster_id(cluster)
@@ -160,6 +179,7 @@ def from_store(
         until = since + window if since is not None and window is not None else None
         records = take_slice(store.jobs(cid, since=since, until=until), since=since,
                              window=window, limit=limit)
+    records = apply_missing_limits(records, missing_limits)
     synthetic = spec is None
     if spec is None:
         if not records:
