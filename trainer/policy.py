@@ -12,7 +12,12 @@
 - heads: one score per pending job from its embedding and the context, a *hold* score
   (SCHED²'s empty action: start nothing now) from the context, a critic ``value`` from
   the context, and a placement head scoring candidate node sets
-  (:func:`slurm_plugin.placement.candidates`) for one chosen job.
+  (:func:`slurm_plugin.placement.candidates`) for one chosen job;
+- a learned scalar ``est_prior`` times the job's ``log_est_run`` feature subtracted from
+  its score: shortest estimated run first (the ``sef`` baseline's order, the estimate
+  the helper computes from each user's history) is one weight away, whatever the
+  hidden layers learn beside it. It starts at 0 (the net alone); imitating ``sef`` or
+  any teacher that favours short jobs grows it, and the job head learns the residual.
 
 Every pool is a sum, mean or max over rows, so permuting the jobs permutes their scores
 and reordering nodes (within or across leaves) changes nothing: any queue length (0 to
@@ -105,6 +110,9 @@ FITS_FIRST = 1e10
 
 #: Bumped when the checkpoint layout changes.
 CHECKPOINT_FORMAT = 1
+
+#: Column of the job features that :attr:`PolicyNet.est_prior` weighs.
+_EST = JOB_FEATURES.index("log_est_run")
 
 
 class SchemaMismatchError(ValueError):
@@ -423,6 +431,8 @@ class PolicyNet(nn.Module):
         self.hold_head = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
         self.value_head = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
         self.place_head = _Head(3 * h + 3, h, h)
+        #: Weight of ``-log_est_run`` in every job's score (module docstring).
+        self.est_prior = nn.Parameter(torch.zeros(()))
 
     @classmethod
     def from_config(cls, config: PolicyConfig | Mapping[str, Any] | None = None) -> PolicyNet:
@@ -480,7 +490,7 @@ class PolicyNet(nn.Module):
         ))
         ctx = self.ctx_enc(torch.cat((globals, job_pool, leaf_pool)))   # [H]
 
-        scores = self.job_head(je, ctx)                           # [J]
+        scores = self.job_head(je, ctx) - self.est_prior * jobs[:, _EST]   # [J]
         masked = torch.full_like(scores, MASKED)
         hold = self.hold_head(ctx)                                # [1]
         job_logits = torch.cat((torch.where(job_mask, scores, masked), hold))
@@ -583,7 +593,7 @@ class PolicyNet(nn.Module):
         ), -1)
         ctx = self.ctx_enc(torch.cat((b.globals, job_pool, leaf_pool), -1))   # [B, H]
 
-        scores = self.job_head(je, ctx)                           # [B, J]
+        scores = self.job_head(je, ctx) - self.est_prior * b.jobs[..., _EST]  # [B, J]
         scores = torch.where(b.job_mask, scores, torch.full_like(scores, MASKED))
         hold = self.hold_head(ctx)                                # [B, 1]
         job_logits = torch.cat((scores, hold), 1)

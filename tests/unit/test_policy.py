@@ -72,9 +72,13 @@ def make_obs(n_jobs: int, n_nodes: int, n_leaves: int, seed: int = 0
     return featurize(20_000, jr, nr), nr
 
 
-def net_for_tests(hidden: int = 16, seed: int = 0) -> PolicyNet:
+def net_for_tests(hidden: int = 16, seed: int = 0, est_prior: float = 0.7) -> PolicyNet:
+    """A small net; ``est_prior`` nonzero so that every test also covers that term."""
     torch.manual_seed(seed)
-    return PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
+    net = PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
+    with torch.no_grad():
+        net.est_prior.fill_(est_prior)
+    return net
 
 
 def run(net, obs, cands=None, place_job=None):
@@ -208,6 +212,37 @@ def test_batched_path_equals_single_path():
         # the padded batch gives the same distribution as the single observation
         np.testing.assert_allclose(torch.softmax(jl[i], 0)[:j].numpy(),
                                    torch.softmax(jobs, 0)[:-1].numpy(), atol=ATOL)
+
+
+def test_est_prior_alone_orders_shortest_estimate_first():
+    """With the job head's output zeroed, the scores are -est_prior * log_est_run: the
+    order of the sef baseline (shortest estimated run first), on both paths."""
+    net = net_for_tests(hidden=16, est_prior=5.0)
+    assert PolicyNet().est_prior.item() == 0.0  # a fresh net starts without the prior
+    with torch.no_grad():
+        net.job_head.out.weight.zero_()
+        net.job_head.out.bias.zero_()
+    obs, nr = make_obs(40, 12, 3, seed=4)
+    mask = torch.ones(obs.n_jobs, dtype=torch.bool)
+    args = list(obs_tensors(obs))
+    args[1] = mask
+    with torch.no_grad():
+        single = net(*args)[0][:-1].numpy()
+        batched = net.forward_batch(batch_tensors(
+            [(dataclasses.replace(obs, job_mask=np.ones(obs.n_jobs, dtype=bool)), None,
+              None)]))[0][0, :-1].numpy()
+    est = obs.jobs[:, policy_mod._EST]
+    np.testing.assert_allclose(single, -5.0 * est, rtol=1e-6)
+    np.testing.assert_allclose(batched, single, atol=ATOL)
+    assert np.array_equal(np.argsort(-single, kind="stable"), np.argsort(est, kind="stable"))
+    # and it learns: one gradient step on "start the shortest" raises the prior
+    net.train()
+    net.est_prior.data.fill_(0.0)
+    logits = net(*args)[0]
+    loss = torch.nn.functional.cross_entropy(logits.unsqueeze(0),
+                                             torch.tensor([int(np.argmin(est))]))
+    loss.backward()
+    assert net.est_prior.grad is not None and net.est_prior.grad.item() < 0
 
 
 def test_batch_rejects_empty_list_and_bad_sets():
