@@ -404,8 +404,9 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     from .sim.engine import EngineOptions, Simulator
     from .sim.policies import BASELINES
 
-    over = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
-                              ("max_decisions", cmd.max_decisions)) if v is not None}
+    over: dict[str, Any] = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
+                                              ("max_decisions", cmd.max_decisions))
+                            if v is not None}
     icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1, **over)
     source = _imitation_source(data, cmd.imitate_from)
     records = data.records
@@ -435,6 +436,9 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
         click.echo(f"imitation: test top-1 {test['net']['top1']:.3f} (FIFO"
                    f" {test['fifo']['top1']:.3f}, random {test['random']['top1']:.3f}),"
                    f" top-5 {test['net']['top5']:.3f}", err=True)
+    if report.est_prior is not None:
+        click.echo(f"imitation: est_prior (weight of shortest estimate first) fitted"
+                   f" {report.est_prior:.2f}, trained {report.est_prior_final:.2f}", err=True)
     return net, {"imitation": icfg.to_dict(), "imitate_from": source}
 
 

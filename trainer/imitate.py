@@ -75,6 +75,7 @@ __all__ = [
     "Reconstruction",
     "agreement",
     "evaluate",
+    "fit_est_prior",
     "reconstruct",
     "place_head_learned",
     "records_from_sim",
@@ -530,6 +531,14 @@ class ImitationConfig:
     """Candidate node sets per placement decision."""
     weight_decay: float = 0.0
     """Adam weight decay."""
+    prior_fit: bool = True
+    """Before training, set the net's ``est_prior`` (the weight of ``-log_est_run`` in
+    every job score) to the value that alone best explains the training decisions
+    (:func:`fit_est_prior`); the hidden layers then learn the rest. A teacher that
+    orders by the estimate (``sef``) is then copied from the first step."""
+    prior_max: float = 20.0
+    """Bound of the fitted ``est_prior`` (a teacher that always starts the shortest
+    estimate is explained better by every larger weight)."""
     threads: int | None = None
     """torch CPU threads during training (``None``: leave torch's setting)."""
     progress: bool | None = None
@@ -572,6 +581,8 @@ class ImitationReport:
         best_epoch: Epoch whose weights were kept (0: the initial ones).
         reconstruct_s: Wall time of the reconstruction, s.
         train_s: Wall time of training, s.
+        est_prior: ``est_prior`` fitted before training (``None``: not fitted), and
+            ``est_prior_final`` the kept net's.
     """
 
     config: dict[str, Any]
@@ -582,10 +593,60 @@ class ImitationReport:
     best_epoch: int
     reconstruct_s: float
     train_s: float
+    est_prior: float | None = None
+    est_prior_final: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
         return asdict(self)
+
+
+def fit_est_prior(decisions: Sequence[Decision], bound: float = 20.0,
+                  iterations: int = 50) -> float:
+    """The weight ``w`` of ``-log_est_run`` that alone best explains the decisions.
+
+    Maximises the likelihood of the chosen rows under ``softmax(-w x)`` over the rows
+    that fit now (``x``: the ``log_est_run`` column; the hold action is left out): a
+    convex problem in one variable, solved by Newton steps from 0 and clipped to
+    ``[-bound, bound]`` (a teacher that always starts the shortest estimate among those
+    that fit has no finite optimum). Decisions with fewer than two choices carry no
+    information and are skipped; without any, 0.
+    """
+    from .policy import _EST
+
+    rows = []
+    for d in decisions:
+        m = np.asarray(d.obs.job_mask, dtype=bool)
+        if np.count_nonzero(m) < 2 or not m[d.chosen]:
+            continue
+        x = d.obs.jobs[:, _EST].astype(np.float64)
+        rows.append((x[m], float(x[d.chosen])))
+    if not rows:
+        return 0.0
+    width = max(len(x) for x, _ in rows)
+    xs = np.zeros((len(rows), width))
+    valid = np.zeros((len(rows), width), dtype=bool)
+    for k, (x, _) in enumerate(rows):
+        xs[k, :len(x)] = x
+        valid[k, :len(x)] = True
+    xc = np.array([c for _, c in rows])
+    w = 0.0
+    for _ in range(iterations):
+        z = np.where(valid, -w * xs, -np.inf)
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        mean = (p * xs).sum(axis=1)
+        grad = float((xc - mean).sum())  # d/dw of the negative log-likelihood
+        hess = float((p * xs * xs).sum(axis=1).sum() - (mean * mean).sum())
+        if hess <= 1e-12:
+            break
+        step = grad / hess
+        w_new = min(bound, max(-bound, w - step))
+        if abs(w_new - w) < 1e-6:
+            w = w_new
+            break
+        w = w_new
+    return float(w)
 
 
 def _loss(net: PolicyNet, items: Sequence[Decision], place_weight: float) -> torch.Tensor:
@@ -656,6 +717,10 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
     with deterministic_torch(cfg.threads):
         torch.manual_seed(cfg.seed)
         net = PolicyNet(PolicyConfig(hidden=cfg.hidden))
+        prior = fit_est_prior(data["train"], cfg.prior_max) if cfg.prior_fit else None
+        if prior is not None:
+            with torch.no_grad():
+                net.est_prior.fill_(prior)
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         rng = np.random.default_rng(cfg.seed)
         train = data["train"]
@@ -701,5 +766,5 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
     report = ImitationReport(
         config=cfg.to_dict(), stats=dict(rec.stats), splits={k: len(v) for k, v in data.items()},
         metrics=metrics, history=history, best_epoch=best[1], reconstruct_s=t1 - t0,
-        train_s=t2 - t1)
+        train_s=t2 - t1, est_prior=prior, est_prior_final=float(net.est_prior.detach()))
     return net, report

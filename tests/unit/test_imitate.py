@@ -15,9 +15,11 @@ from trainer.imitate import (  # noqa: E402
     INFEASIBLE,
     OVERCOMMITTED,
     PLACE_LABELS,
+    Decision,
     DecisionDataset,
     ImitationConfig,
     evaluate,
+    fit_est_prior,
     reconstruct,
     records_from_sim,
     split_decisions,
@@ -214,6 +216,63 @@ def test_imitation_learns_a_fifo_schedule():
     assert rep.history[-1]["loss"] < rep.history[0]["loss"]
     assert rep.best_epoch >= 1
     assert rep.to_dict()["config"]["epochs"] == 15
+
+
+def _decisions(n: int, pick, seed: int = 0) -> list[Decision]:
+    """``n`` decisions among 2-12 jobs that all fit, the chosen row by ``pick(x, rng)``
+    (``x``: the rows' ``log_est_run``)."""
+    from slurm_plugin.features import JobsRaw, NodesRaw, featurize
+    from trainer.policy import _EST
+
+    rng = np.random.default_rng(seed)
+    nr = NodesRaw.build(n_leaves=1, cap_c=np.full(2, 8), cap_g=np.zeros(2),
+                        cap_m=np.zeros(2), free_c=np.full(2, 8), free_g=np.zeros(2),
+                        free_m=np.zeros(2), idle=np.ones(2, dtype=bool),
+                        up=np.ones(2, dtype=bool), remaining=np.zeros(2),
+                        leaf=np.zeros(2, dtype=np.int64))
+    out = []
+    for k in range(n):
+        j = int(rng.integers(2, 13))
+        jr = JobsRaw.build(
+            job_id=np.arange(j) + 1, eligible=np.zeros(j), limit=np.full(j, 86_400),
+            nodes=np.ones(j), cpus=np.ones(j), gpus=np.zeros(j), mem=np.zeros(j),
+            exclusive=np.zeros(j, dtype=bool), user=np.zeros(j),
+            est_run=rng.random(j) * 20_000 + 60, usage_share=np.zeros(j),
+            locality=np.zeros(j))
+        obs = featurize(1_000, jr, nr)
+        assert obs.job_mask.all()
+        out.append(Decision(obs, int(pick(obs.jobs[:, _EST].astype(float), rng)), k, k, k))
+    return out
+
+
+def test_fit_est_prior_explains_an_estimate_ordering():
+    shortest = _decisions(200, lambda x, rng: int(np.argmin(x)))
+    longest = _decisions(200, lambda x, rng: int(np.argmax(x)))
+    assert fit_est_prior(shortest, bound=20.0) == 20.0  # separable: the bound
+    assert fit_est_prior(longest, bound=7.0) == -7.0
+
+    def soft(x, rng, w=2.0):
+        p = np.exp(-w * x)
+        return int(rng.choice(len(x), p=p / p.sum()))
+
+    # drawn from softmax(-2 x): the fit recovers the weight
+    assert fit_est_prior(_decisions(3000, soft, seed=1)) == pytest.approx(2.0, abs=0.3)
+    assert abs(fit_est_prior(_decisions(3000, lambda x, rng: int(rng.integers(len(x))),
+                                        seed=2))) < 0.3  # no preference: about 0
+    assert fit_est_prior([]) == 0.0
+
+
+def test_imitation_starts_from_the_fitted_prior():
+    spec, recs, res = fifo_history(150, seed=3)
+    hist = records_from_sim(recs, res)
+    cfg = ImitationConfig(epochs=1, hidden=16, threads=1, place_min_nodes=1, progress=False)
+    net, rep = train_imitation(hist, spec, cfg)
+    assert rep.est_prior is not None and -20.0 <= rep.est_prior <= 20.0
+    assert rep.est_prior_final == pytest.approx(float(net.est_prior.detach()))
+    assert rep.to_dict()["est_prior"] == rep.est_prior
+    off = train_imitation(hist, spec, ImitationConfig(**{**cfg.to_dict(), "prior_fit": False,
+                                                         "epochs": 0}))[1]
+    assert off.est_prior is None and off.est_prior_final == 0.0
 
 
 def test_training_is_deterministic():
