@@ -103,6 +103,15 @@ def resolve(**overrides: Any) -> SimulateConfig:
 
 
 # ---------------------------------------------------------------------------- options
+#: ``--missing-limits`` (:mod:`trainer.sim.limits`), on every command that reads jobs.
+missing_limits_option = click.option(
+    "--missing-limits", type=click.Choice(["run", "users"]),
+    help="Time limits of a trace that records none: 'run', each job's run time (a perfect"
+         " estimate the policy does not see; the default), or 'users', modelled user"
+         " requests (overestimated, rounded to the usual steps) that backfill, the"
+         " baselines and the policy all see.")
+
+
 def _input_options(fn: F) -> F:
     opts = [
         click.option("--trace", type=click.Path(exists=True, dir_okay=False),
@@ -133,12 +142,7 @@ def _input_options(fn: F) -> F:
                      help="Nodes per leaf switch of a synthetic cluster (default 4)."),
         click.option("--default-time-limit", type=click.IntRange(min=1),
                      help="Time limit (s) of jobs without one (default: their run time)."),
-        click.option("--missing-limits", type=click.Choice(["run", "users"]),
-                     help="Time limits of a trace that records none: 'run', each job's"
-                          " run time (a perfect estimate the policy does not see; the"
-                          " default), or 'users', modelled user requests (overestimated,"
-                          " rounded to the usual steps) that backfill, the baselines and"
-                          " the policy all see."),
+        missing_limits_option,
         click.option("--bf-interval", type=click.IntRange(min=0),
                      help="Seconds between backfill passes, 0: every event (default: config,"
                           " else 30)."),

@@ -44,6 +44,8 @@ import click
 
 from slurm_plugin.when import parse_span
 
+from .cli import missing_limits_option
+
 __all__ = ["AllCommand", "ImitateCommand", "RLCommand", "parse_budget", "train"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -249,12 +251,7 @@ def _input_options(fn: F) -> F:
                      help="Nodes per leaf switch of a synthetic cluster (default 4)."),
         click.option("--default-time-limit", type=click.IntRange(min=1),
                      help="Time limit (s) of jobs whose record has none."),
-        click.option("--missing-limits", type=click.Choice(["run", "users"]),
-                     help="Time limits of a trace that records none: 'run', each job's"
-                          " run time (a perfect estimate the policy does not see; the"
-                          " default), or 'users', modelled user requests (overestimated,"
-                          " rounded to the usual steps) that backfill, the baselines and"
-                          " the policy all see."),
+        missing_limits_option,
         click.option("--config", "config", type=click.Path(exists=True, dir_okay=False),
                      help="Saved 'scontrol show config': the Slurm baseline's settings."),
         click.option("--out", type=click.Path(file_okay=False),
