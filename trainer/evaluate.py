@@ -768,6 +768,9 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     first = next(iter(models), None)
     targets = (check_targets(ms, first, cfg, locality=locality)  # (the seed baselines run)
                if first is not None else None)
+    if targets is not None and first is not None:  # how the checked model ran
+        guarded = not isinstance(models[first], Policy) and cfg.starvation_limit > 0
+        targets["starvation_limit"] = cfg.starvation_limit if guarded else 0.0
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
     if out is not None:
         d = Path(out)
@@ -791,8 +794,13 @@ def print_targets(targets: Mapping[str, Any] | None) -> None:
     """Print the targets, one line per check."""
     if not targets:
         return
+    limit = targets.get("starvation_limit")
+    how = ("" if limit is None else
+           f" ({targets['policy']} behind the helper's starvation guard at"
+           f" {limit / 86400:g} days, baselines unguarded)" if limit > 0 else
+           f" ({targets['policy']} without a starvation guard)")
     click.echo(f"quality targets of {targets['policy']} on the test period:"
-               f" {'PASSED' if targets['passed'] else 'NOT MET'}")
+               f" {'PASSED' if targets['passed'] else 'NOT MET'}{how}")
     for c in targets["checks"]:
         mark = {True: "pass", False: "FAIL", None: "n/a "}[c["ok"]]
         click.echo(f"  [{mark}] {c['name']:<24} {c['detail']}")

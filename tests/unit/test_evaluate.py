@@ -408,6 +408,8 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "test period: jobs 240..299 of 300 (60 jobs)" in result.output
     assert "quality targets of tiny" in result.output
+    assert "(tiny behind the helper's starvation guard at 2 days, baselines unguarded)" \
+        in result.output
     lines = [ln.split()[0] for ln in result.output.splitlines() if ln.strip()]
     for name in ["tiny", *BASELINES]:
         assert name in lines
@@ -517,6 +519,9 @@ def test_starvation_limit_reaches_the_models(tiny_checkpoint):
                  dataclasses.replace(cfg, starvation_limit=60.0))
     assert b.metrics["net"]["wait_s"] != a.metrics["net"]["wait_s"]  # the guard acted
     assert a.metrics["slurm"]["wait_s"] == b.metrics["slurm"]["wait_s"]  # baselines: not
+    # the targets say how the checked model ran
+    assert a.targets is not None and b.targets is not None
+    assert a.targets["starvation_limit"] == 0.0 and b.targets["starvation_limit"] == 60.0
 
 
 def test_an_untrained_placement_head_leaves_placement_to_slurm(tiny_checkpoint, tmp_path):
