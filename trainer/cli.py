@@ -21,6 +21,7 @@ import click
 
 from slurm_plugin.when import parse_span, parse_when
 
+from .sim.limits import MISSING_LIMITS
 from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
 from .sim.speed import SPEED_MODELS
@@ -105,7 +106,7 @@ def resolve(**overrides: Any) -> SimulateConfig:
 # ---------------------------------------------------------------------------- options
 #: ``--missing-limits`` (:mod:`trainer.sim.limits`), on every command that reads jobs.
 missing_limits_option = click.option(
-    "--missing-limits", type=click.Choice(["run", "users"]),
+    "--missing-limits", type=click.Choice(MISSING_LIMITS),
     help="Time limits of a trace that records none: 'run', each job's run time (a perfect"
          " estimate the policy does not see; the default), or 'users', modelled user"
          " requests (overestimated, rounded to the usual steps) that backfill, the"
@@ -197,8 +198,7 @@ def load_input(src: Any) -> tuple[Any, Any, Any]:
     ``src`` has the input options as attributes (``trace`` or ``db``/``cluster``,
     ``since``, ``window``, ``limit``, ``nodes``, ``gpus_per_node``, ``cpus_per_node``,
     ``nodes_per_leaf``, ``missing_limits``, ``config``): :class:`SimulateConfig` and
-    ``rlsched train``'s
-    options both do.
+    ``rlsched train``'s options both do.
 
     Returns:
         ``(load.Input, SchedulerOptions, PrioritySettings)``; Slurm's defaults without

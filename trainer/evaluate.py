@@ -749,10 +749,12 @@ def evaluate(jobs: JobTable, cluster: Cluster,
 
     results: dict[str, SimResult] = {}
     ms: dict[str, dict[str, Any]] = {}
+    guard: dict[str, float] = {}  # each model's starvation limit as it ran (0: none)
     make = dict(runs)
     with _progress([n for n, _ in runs], progress) as bar:
         for name in bar:
             pol, o = make[name]()
+            guard[name] = pol.limit if isinstance(pol, StarvationGuard) else 0.0
             sim = Simulator(table, cluster, pol, o, eng)
             follow = follower(pol)
             if follow is not None and name in models and not isinstance(models[name],
@@ -769,8 +771,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     targets = (check_targets(ms, first, cfg, locality=locality)  # (the seed baselines run)
                if first is not None else None)
     if targets is not None and first is not None:  # how the checked model ran
-        guarded = not isinstance(models[first], Policy) and cfg.starvation_limit > 0
-        targets["starvation_limit"] = cfg.starvation_limit if guarded else 0.0
+        targets["starvation_limit"] = guard[first]
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
     if out is not None:
         d = Path(out)

@@ -640,12 +640,11 @@ def fit_est_prior(decisions: Sequence[Decision], bound: float = 20.0,
         hess = float((p * xs * xs).sum(axis=1).sum() - (mean * mean).sum())
         if hess <= 1e-12:
             break
-        step = grad / hess
-        w_new = min(bound, max(-bound, w - step))
-        if abs(w_new - w) < 1e-6:
-            w = w_new
-            break
+        w_new = min(bound, max(-bound, w - grad / hess))
+        done = abs(w_new - w) < 1e-6
         w = w_new
+        if done:
+            break
     return float(w)
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from db.records import JobRecord
 
 from .state import record_user
-from .workload import TIME_LIMIT_STEPS
+from .workload import TIME_LIMIT_STEPS, WorkloadConfig
 
 __all__ = ["MISSING_LIMITS", "LimitModel", "apply_missing_limits", "check_missing_limits",
            "model_limits"]
@@ -50,7 +50,6 @@ __all__ = ["MISSING_LIMITS", "LimitModel", "apply_missing_limits", "check_missin
 MISSING_LIMITS: tuple[str, ...] = ("run", "users")
 
 _DAY = 86400
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @dataclass(frozen=True)
@@ -63,16 +62,16 @@ class LimitModel:
         user_sigma: Spread between users (sigma of the log) of their habit.
         max_share: Share of jobs that ask for the largest step (at least their run).
         exact_share: Share of jobs that ran into their limit (limit = run, rounded up to
-            a minute).
+            a minute; the workload's ``timeout_share``).
         steps: The round limits users pick, seconds, ascending.
         seed: Mixed into every hash (another seed, other draws).
     """
 
-    factor_median: float = 3.0
-    factor_sigma: float = 0.7
-    user_sigma: float = 0.5
-    max_share: float = 0.10
-    exact_share: float = 0.05
+    factor_median: float = WorkloadConfig.limit_factor_median
+    factor_sigma: float = WorkloadConfig.limit_factor_sigma
+    user_sigma: float = WorkloadConfig.user_factor_sigma
+    max_share: float = WorkloadConfig.max_limit_share
+    exact_share: float = WorkloadConfig.timeout_share
     steps: tuple[int, ...] = TIME_LIMIT_STEPS
     seed: int = 0
 
