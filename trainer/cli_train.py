@@ -42,6 +42,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
+from slurm_plugin.helper.decide import STARVATION_ORDERS
 from slurm_plugin.when import parse_span
 
 from .cli import missing_limits_option
@@ -225,6 +226,9 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--starvation-limit", "starvation_limit", click.FloatRange(min=0),
      "With --val-deployed: the helper's starvation guard, seconds of waiting after which"
      " a job goes first (default 172800, the helper's; 0: none)."),
+    ("--starvation-order", "starvation_order", click.Choice(sorted(STARVATION_ORDERS)),
+     "With --val-deployed: how that guard orders the starving jobs, as the helper's"
+     " starvation_order: age (oldest first, default) or policy (the net's order)."),
     ("--place", "place", None,
      "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
 )

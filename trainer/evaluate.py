@@ -73,7 +73,7 @@ from typing import Any
 import click
 import numpy as np
 
-from slurm_plugin.helper.decide import SiteFactorRule
+from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule
 from slurm_plugin.model import place_head_trained
 
 from .cli import _input_options, _prepare, resolve
@@ -136,6 +136,10 @@ class EvalConfig:
     (:class:`StarvationGuard`): a job that has waited longer than this many seconds goes
     ahead of the policy's order, the oldest first (default: the helper's default, 2
     days); 0: no guard (the net's order alone)."""
+    starvation_order: str = SiteFactorRule.starvation_order
+    """How the guard orders the starving jobs among themselves, as the helper's
+    ``starvation_order``: ``age`` (oldest first, the default) or ``policy`` (the
+    policy's order) (:data:`slurm_plugin.helper.decide.STARVATION_ORDERS`)."""
     bsld_reduction: float = 0.30
     """Target: mean bounded slowdown at least this share below the Slurm baseline's."""
     p99_slack: float = 0.10
@@ -167,6 +171,9 @@ class EvalConfig:
                              f" not {self.policy_placement!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError("EvalConfig.threads must be >= 1 (or None)")
+        if self.starvation_order not in STARVATION_ORDERS:
+            raise ValueError(f"starvation_order must be one of {sorted(STARVATION_ORDERS)},"
+                             f" not {self.starvation_order!r}")
         if self.history_jobs < 0 or self.plot_heuristics < 0:
             raise ValueError("history_jobs and plot_heuristics must be >= 0")
         if not (0 <= self.bsld_reduction < 1 and self.p99_slack >= 0 and self.jct_factor > 0):
@@ -315,31 +322,46 @@ class StarvationGuard(Policy):
     """A policy's order with the helper's starvation guard in front.
 
     The helper puts a job that has waited (since eligible) longer than
-    ``starvation_limit`` at the top of its site-factor band, whatever the policy says,
-    and Slurm's age factor orders such jobs oldest first
-    (:mod:`slurm_plugin.helper.decide`). Here such a job scores above every other, by
-    its wait; the rest keep the inner policy's scores. Re-scored every calc period, as
-    the helper re-ranks every cycle.
+    ``starvation_limit`` above every job that has not, whatever the policy says; with
+    ``starvation_order`` ``age`` Slurm's age factor orders such jobs oldest first, with
+    ``policy`` they keep the policy's order (:mod:`slurm_plugin.helper.decide`). Here
+    such a job scores above every other (:data:`STARVING` plus its wait with ``age``,
+    plus its rank among the starving jobs by inner score with ``policy``, ties sharing
+    one); the rest keep the inner policy's scores. Re-scored every calc period, as the
+    helper re-ranks every cycle (the offset keeps starving jobs above the jobs that
+    arrive in between, which the engine scores alone).
 
     Args:
         inner: The policy whose order is guarded.
         limit: Seconds of waiting after which a job goes first.
+        order: ``age`` or ``policy``
+            (:data:`slurm_plugin.helper.decide.STARVATION_ORDERS`).
     """
 
-    def __init__(self, inner: Policy, limit: float) -> None:
+    def __init__(self, inner: Policy, limit: float, order: str = "age") -> None:
+        if order not in STARVATION_ORDERS:
+            raise ValueError(f"starvation order must be one of {sorted(STARVATION_ORDERS)},"
+                             f" not {order!r}")
         super().__init__(inner.settings, inner.placement)
         self.inner = inner
         self.limit = float(limit)
+        self.order = order
         self.dynamic = True
         self.uses_usage = inner.uses_usage
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
-        """The inner scores, starving jobs first (oldest first)."""
+        """The inner scores, starving jobs first (oldest first, or in the inner order)."""
         out = np.asarray(self.inner.score(jobs, idx, ctx), dtype=np.float64)
         waited = (ctx.now - jobs.eligible[idx]).astype(np.float64)
         starving = waited > self.limit
         if starving.any():
-            out = np.where(starving, STARVING + waited, out)
+            if self.order == "policy":
+                inner = out[starving]
+                rank = np.searchsorted(np.sort(inner), inner, side="left")  # ties share
+                out = out.copy()
+                out[starving] = STARVING + rank
+            else:
+                out = np.where(starving, STARVING + waited, out)
         return out
 
     def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
@@ -383,7 +405,7 @@ class FixedPlacement(Policy):
 def load_policy(path: str | os.PathLike[str], *, history: Any = None,
                 placement: str = "policy", rank_all: bool = True,
                 settings: PrioritySettings | None = None,
-                starvation_limit: float = 0.0) -> Policy:
+                starvation_limit: float = 0.0, starvation_order: str = "age") -> Policy:
     """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
 
     Args:
@@ -398,6 +420,7 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
             without ``rank_all``).
         starvation_limit: Seconds of waiting after which a job goes first
             (:class:`StarvationGuard`); 0: no guard.
+        starvation_order: How the guard orders the starving jobs (``age``, ``policy``).
 
     Raises:
         ValueError: If the file is not a checkpoint nor a valid model (with the reason).
@@ -426,7 +449,7 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         placement = "tree"  # (the head was not trained to place: Slurm's placement)
     out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
     if starvation_limit > 0:
-        out = StarvationGuard(out, starvation_limit)
+        out = StarvationGuard(out, starvation_limit, starvation_order)
     return out
 
 
@@ -737,7 +760,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                 return m, opts
             return load_policy(m, history=history, placement=cfg.policy_placement,
                                rank_all=cfg.rank_all, settings=prio,
-                               starvation_limit=cfg.starvation_limit), opts
+                               starvation_limit=cfg.starvation_limit,
+                               starvation_order=cfg.starvation_order), opts
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
@@ -749,12 +773,13 @@ def evaluate(jobs: JobTable, cluster: Cluster,
 
     results: dict[str, SimResult] = {}
     ms: dict[str, dict[str, Any]] = {}
-    guard: dict[str, float] = {}  # each model's starvation limit as it ran (0: none)
+    guard: dict[str, tuple[float, str]] = {}  # each model's guard as it ran (limit 0: none)
     make = dict(runs)
     with _progress([n for n, _ in runs], progress) as bar:
         for name in bar:
             pol, o = make[name]()
-            guard[name] = pol.limit if isinstance(pol, StarvationGuard) else 0.0
+            guard[name] = ((pol.limit, pol.order) if isinstance(pol, StarvationGuard)
+                           else (0.0, ""))
             sim = Simulator(table, cluster, pol, o, eng)
             follow = follower(pol)
             if follow is not None and name in models and not isinstance(models[name],
@@ -771,7 +796,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     targets = (check_targets(ms, first, cfg, locality=locality)  # (the seed baselines run)
                if first is not None else None)
     if targets is not None and first is not None:  # how the checked model ran
-        targets["starvation_limit"] = guard[first]
+        targets["starvation_limit"], targets["starvation_order"] = guard[first]
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
     if out is not None:
         d = Path(out)
@@ -796,9 +821,11 @@ def print_targets(targets: Mapping[str, Any] | None) -> None:
     if not targets:
         return
     limit = targets.get("starvation_limit")
+    order = targets.get("starvation_order") or "age"
     how = ("" if limit is None else
            f" ({targets['policy']} behind the helper's starvation guard at"
-           f" {limit / 86400:g} days, baselines unguarded)" if limit > 0 else
+           f" {limit / 86400:g} days, starving jobs in {order} order, baselines"
+           " unguarded)" if limit > 0 else
            f" ({targets['policy']} without a starvation guard)")
     click.echo(f"quality targets of {targets['policy']} on the test period:"
                f" {'PASSED' if targets['passed'] else 'NOT MET'}{how}")
@@ -845,8 +872,12 @@ def _eval_options(fn: Any) -> Any:
                           " the others in Slurm's order."),
         click.option("--starvation-limit", type=click.FloatRange(0),
                      help="The helper's starvation guard on the models, in seconds: a job"
-                          " waiting longer goes first, oldest first (default 172800, the"
+                          " waiting longer goes first (default 172800, the"
                           " helper's default; 0: the models' order alone)."),
+        click.option("--starvation-order", type=click.Choice(sorted(STARVATION_ORDERS)),
+                     help="How the guard orders the starving jobs among themselves, as the"
+                          " helper's starvation_order: age (oldest first, default) or"
+                          " policy (the model's order)."),
         click.option("--locality-targets/--no-locality-targets", default=None,
                      help="Check the JCT and leaf-locality targets (default: when the speed"
                           " model is not none)."),
@@ -864,7 +895,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      train_share: float | None, val_share: float | None,
                      warmup: float | None, policy_placement: str | None,
                      locality_targets: bool | None, rank_all: bool | None,
-                     starvation_limit: float | None, **kwargs: Any) -> None:
+                     starvation_limit: float | None, starvation_order: str | None,
+                     **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
@@ -880,7 +912,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
                             "policy_placement": policy_placement,
                             "locality_targets": locality_targets, "rank_all": rank_all,
-                            "starvation_limit": starvation_limit}
+                            "starvation_limit": starvation_limit,
+                            "starvation_order": starvation_order}
     try:
         cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
     except ValueError as exc:

@@ -22,7 +22,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .decide import MAPPINGS, SiteFactorRule
+from .decide import MAPPINGS, STARVATION_ORDERS, SiteFactorRule
 
 __all__ = [
     "DEFAULT_PATH",
@@ -115,8 +115,15 @@ class HelperConfig:
     hysteresis: int = _key(1_000, "Write a new SiteFactor only when it differs from the"
                            " current one by more than this.")
     starvation_limit: float = _key(2 * 86400.0, "A job waiting longer than this (seconds"
-                                   " since eligible) goes to the top of the band.",
-                                   kind="duration")
+                                   " since eligible) goes above every job that has not"
+                                   " waited as long.", kind="duration")
+    starvation_order: str = _key("age", "How those starving jobs are ordered among"
+                                 " themselves: 'age' (all at band_hi, Slurm's age factor"
+                                 " puts the oldest first: the tightest bound on the longest"
+                                 " wait) or 'policy' (ranked at the top of the band in the"
+                                 " model's order: less loss on a loaded machine, longer"
+                                 " longest waits; 'rank' mapping only).",
+                                 choices=STARVATION_ORDERS)
     max_changes: int = _key(500, "SiteFactor updates issued per cycle, at most (head of"
                             " the queue first; the rest follow in later cycles).")
     steering: str = _key("reqnodes", "How the helper steers jobs to the chosen node sets:"
@@ -160,7 +167,7 @@ class HelperConfig:
             lo=self.band_lo, hi=self.band_hi, mapping=self.mapping,
             logit_scale=self.logit_scale, logit_center=self.logit_center,
             hysteresis=self.hysteresis, starvation_limit=self.starvation_limit,
-            max_changes=self.max_changes)
+            max_changes=self.max_changes, starvation_order=self.starvation_order)
 
     def validate(self) -> HelperConfig:
         """Check every value; return ``self``.
@@ -189,6 +196,10 @@ class HelperConfig:
                 raise ConfigError(f"{name} must be at least {low} (got {getattr(self, name)})")
         if self.metrics_port > 65535:
             raise ConfigError(f"metrics_port must be at most 65535 (got {self.metrics_port})")
+        if self.starvation_order == "policy" and self.mapping != "rank":
+            raise ConfigError("starvation_order = \"policy\" needs mapping = \"rank\" (the"
+                              " 'logit' mapping leaves no room above the band for starving"
+                              " jobs): change one of the two")
         if not 0.0 <= self.logit_center <= 1.0:
             raise ConfigError(f"logit_center must lie in [0, 1] (got {self.logit_center})")
         if self.backoff_max < self.interval:

@@ -408,8 +408,8 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "test period: jobs 240..299 of 300 (60 jobs)" in result.output
     assert "quality targets of tiny" in result.output
-    assert "(tiny behind the helper's starvation guard at 2 days, baselines unguarded)" \
-        in result.output
+    assert ("(tiny behind the helper's starvation guard at 2 days, starving jobs in age"
+            " order, baselines unguarded)") in result.output
     lines = [ln.split()[0] for ln in result.output.splitlines() if ln.strip()]
     for name in ["tiny", *BASELINES]:
         assert name in lines
@@ -506,6 +506,29 @@ def test_starvation_guard_puts_long_waiters_first_oldest_first():
     assert (np.diff(waited[starving][order]) <= 0).all()  # oldest first
 
 
+def test_starvation_guard_in_policy_order_keeps_the_inner_order_among_starving_jobs():
+    from trainer.evaluate import StarvationGuard
+    from trainer.sim.policies import ScoreContext, make_policy
+
+    jobs, cl = _table(6)
+    inner = make_policy("sjf")
+    guard = StarvationGuard(inner, 100.0, "policy")
+    idx = np.arange(6)
+    now = int(jobs.eligible[0]) + 150
+    ctx = ScoreContext(now, cl, NodeState(cl), np.zeros(1), np.random.default_rng(0), None)
+    got = guard.score(jobs, idx, ctx)
+    want = inner.score(jobs, idx, ctx)
+    starving = (now - jobs.eligible) > 100
+    assert starving.sum() >= 2 and not starving.all()
+    np.testing.assert_array_equal(got[~starving], want[~starving])
+    assert got[starving].min() > got[~starving].max()  # still above every other job
+    # among the starving jobs: the inner order (sjf), not the oldest first
+    assert (np.argsort(-got[starving], kind="stable")
+            == np.argsort(-want[starving], kind="stable")).all()
+    with pytest.raises(ValueError, match="starvation order"):
+        StarvationGuard(inner, 100.0, "oldest")
+
+
 def test_starvation_limit_reaches_the_models(tiny_checkpoint):
     from trainer.evaluate import StarvationGuard, load_policy
 
@@ -522,6 +545,14 @@ def test_starvation_limit_reaches_the_models(tiny_checkpoint):
     # the targets say how the checked model ran
     assert a.targets is not None and b.targets is not None
     assert a.targets["starvation_limit"] == 0.0 and b.targets["starvation_limit"] == 60.0
+    assert b.targets["starvation_order"] == "age"
+    c = evaluate(jobs, cl, {"net": tiny_checkpoint},
+                 dataclasses.replace(cfg, starvation_limit=60.0, starvation_order="policy"))
+    assert c.targets is not None and c.targets["starvation_order"] == "policy"
+    assert load_policy(tiny_checkpoint, starvation_limit=60.0,
+                       starvation_order="policy").order == "policy"
+    with pytest.raises(ValueError, match="starvation_order"):
+        EvalConfig(starvation_order="oldest")
 
 
 def test_an_untrained_placement_head_leaves_placement_to_slurm(tiny_checkpoint, tmp_path):

@@ -84,6 +84,8 @@ def test_world_writable_config_is_refused(tmp_path):
     ("steer_min_nodes = 0\n", "steer_min_nodes must be at least 1"),
     ("band_hi = 3000000000\n", "band_lo"),
     ("mode = \n", "not valid TOML"),
+    ('starvation_order = "oldest"\n', "starvation_order = 'oldest'"),
+    ('starvation_order = "policy"\nmapping = "logit"\n', "needs mapping"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, match):
     with pytest.raises(C.ConfigError, match=match):
@@ -101,3 +103,5 @@ def test_rule_reflects_the_band_and_mapping():
     cfg = C.HelperConfig(band_lo=10, band_hi=20, mapping="logit", hysteresis=2)
     r = cfg.rule()
     assert (r.lo, r.hi, r.mapping, r.hysteresis) == (10, 20, "logit", 2)
+    assert r.starvation_order == "age"
+    assert C.HelperConfig(starvation_order="policy").rule().starvation_order == "policy"

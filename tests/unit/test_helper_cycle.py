@@ -99,6 +99,19 @@ def test_starving_job_goes_to_the_top_of_the_band(tmp_path):
     assert rep.changes[0].job_id == 1  # starving jobs are written first
 
 
+def test_starving_jobs_keep_the_model_order_with_starvation_order_policy(tmp_path):
+    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
+            mk_job(2, limit=60), mk_job(3, limit=600)]
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce", starvation_order="policy")
+    rep = h.run_once()
+    got = {c.job_id: (c.new, c.reason) for c in rep.changes}
+    # both starving jobs above the others, the shorter one first although it is younger
+    assert got == {1: (100000, "starvation"), 4: (66667, "starvation"), 2: (33333, "policy")}
+    # (job 3, last at 0, already holds its value)
+    assert [c.reason for c in rep.changes][:2] == ["starvation", "starvation"]
+    assert site_calls(client)[:2] == [(1, 100000), (4, 66667)]
+
+
 def test_held_and_dependent_jobs_are_left_alone(tmp_path):
     jobs = [*three_jobs(), mk_job(5, limit=1, priority=0, reason="JobHeldUser"),
             mk_job(6, limit=1, reason="Dependency"), mk_job(7, state="RUNNING", on=("node01",))]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -48,6 +50,53 @@ def test_plan_respects_hysteresis_and_orders_head_first():
     changes, deferred = D.plan_site_factors(ids, values, starving, current, order, RULE)
     assert [(c.job_id, c.old, c.new) for c in changes] == [(12, 0, 66), (14, 10, 0)]
     assert deferred == 0
+
+
+def test_targets_policy_order_keeps_the_policy_order_among_starving_jobs():
+    rule = replace(RULE, starvation_order="policy")
+    scores = np.array([1.0, 2.0, 3.0, 0.5, -1e9])
+    waited = np.array([5000.0, 9000.0, 1.0, 2000.0, 10.0])  # 0, 1, 3 starving; 4 masked
+    values, starving = D.targets(scores, waited, rule)
+    assert starving.tolist() == [True, True, False, True, False]
+    # starving by score (1 > 0 > 3, not oldest first), then the others by score
+    assert values.tolist() == [75, 100, 25, 50, 0]
+    age, _ = D.targets(scores, waited, RULE)
+    # age: the starving jobs share hi with the policy's best job; Slurm's age decides
+    assert age.tolist() == [100, 100, 100, 100, 0]
+
+
+def test_starving_first_keeps_both_orders_and_edge_cases():
+    s = np.array([-1e9, 3.0, 2.0, 50.0])
+    st = np.array([True, False, True, False])
+    got = D.starving_first(s, st)
+    assert np.argsort(-got).tolist() == [2, 0, 3, 1]
+    assert D.starving_first(s, np.zeros(4, bool)).tolist() == s.tolist()
+    assert D.starving_first(s, np.ones(4, bool)).tolist() == s.tolist()
+    above = np.array([True, False])  # already above: unchanged
+    assert D.starving_first(np.array([5.0, 1.0]), above).tolist() == [5.0, 1.0]
+
+
+def test_policy_order_needs_the_rank_mapping_and_a_known_name():
+    with pytest.raises(ValueError, match="needs mapping 'rank'"):
+        D.SiteFactorRule(mapping="logit", starvation_order="policy")
+    with pytest.raises(ValueError, match="unknown starvation_order"):
+        D.SiteFactorRule(starvation_order="oldest")
+
+
+def test_plan_policy_order_moves_a_starving_job_only_until_it_is_above_the_rest():
+    rule = D.SiteFactorRule(lo=0, hi=100, hysteresis=5, starvation_order="policy")
+    ids = np.array([1, 2, 3])
+    values = np.array([100, 90, 50])  # jobs 1, 2 starving; job 3 not (floor 50)
+    starving = np.array([True, True, False])
+    order = np.array([0, 1, 2])
+    # job 1 within hysteresis of its target and above the floor: left alone;
+    # job 2 within hysteresis but below the floor: raised
+    changes, _ = D.plan_site_factors(ids, values, starving, np.array([97, 48, 50]), order,
+                                     rule)
+    assert [(c.job_id, c.new, c.reason) for c in changes] == [(2, 90, "starvation")]
+    age, _ = D.plan_site_factors(ids, values, starving, np.array([97, 48, 50]), order,
+                                 replace(rule, starvation_order="age"))
+    assert [c.job_id for c in age] == [1, 2]  # age: a starving job always goes to its value
 
 
 def test_plan_starving_first_and_max_changes():

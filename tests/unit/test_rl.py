@@ -287,6 +287,9 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     tp.follow(sim)
     m = metrics.compute(restrict(sim.run(), 12))
     assert m["bsld"]["mean"] == again["bsld_mean"]
+    pol = deployed_metrics(spec, res.best_net, seed=cfg.seed, starvation_limit=60.0,
+                           starvation_order="policy")
+    assert pol["jobs"] == 48
     with pytest.raises(ValueError, match="reward_sum"):
         TrainConfig(val_deployed=True, val_metric="reward_sum")
 
@@ -528,6 +531,8 @@ def test_configs_are_checked():
         parse_overrides(PPOConfig, ["lrate=1"])
     with pytest.raises(ValueError, match="algo must be one of"):
         TrainConfig(algo="sarsa")
+    with pytest.raises(ValueError, match="starvation_order"):
+        TrainConfig(starvation_order="oldest")
     assert set(ALGORITHMS) == {"ppo", "a2c", "dqn", "reinforce", "cem"}
     for cls in ALGORITHMS.values():
         assert cls.config_cls.__doc__ and cls.__doc__

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
-from slurm_plugin.helper.decide import SiteFactorRule
+from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule
 
 from ..env import EnvConfig
 
@@ -121,6 +121,9 @@ class TrainConfig:
     starvation_limit: float = SiteFactorRule.starvation_limit
     """The helper's starvation guard in the deployed validation (seconds of waiting
     after which a job goes first, as ``rlsched evaluate``; 0: none)."""
+    starvation_order: str = SiteFactorRule.starvation_order
+    """How that guard orders the starving jobs, as the helper's ``starvation_order``:
+    ``age`` (oldest first) or ``policy`` (the net's order)."""
     references: tuple[str, ...] = ("sjf", "fifo", "random")
     """Heuristic agents (:data:`trainer.rl.acting.AGENTS`) run once on the validation
     window, for the curves and the summary."""
@@ -160,6 +163,8 @@ class TrainConfig:
               "val_deployed has no reward_sum: pick another val_metric")
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
+        _need(self.starvation_order in STARVATION_ORDERS, c,
+              f"starvation_order must be one of {sorted(STARVATION_ORDERS)}")
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
         from .acting import AGENTS

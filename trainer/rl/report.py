@@ -52,7 +52,8 @@ def history_before(jobs: JobTable, cluster: Cluster, lo: int, norm: Normalisatio
 def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      options: SchedulerOptions | None = None, seed: int = 0,
                      backfill: bool = True, rank_all: bool = True,
-                     starvation_limit: float = 0.0, place: bool = True) -> dict[str, float]:
+                     starvation_limit: float = 0.0, place: bool = True,
+                     starvation_order: str = "age") -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
@@ -60,7 +61,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     validates on: the ``spec.eval.warmup_jobs`` jobs before it are replayed first and
     not counted, and the user history grows with the replay's completions; ``rank_all``
     as the helper's (:class:`~trainer.policy.TorchPolicy`); ``starvation_limit`` > 0
-    puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`);
+    puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`,
+    starving jobs in ``starvation_order``);
     ``place``: the net's placement head places the jobs, else the scheduler's placement
     (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
     Keys are the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either
@@ -75,7 +77,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     jobs = window(spec.jobs, lo - warm, min(spec.jobs.n, lo + size), shift=False)
     r = _replay_deployed(spec, net, jobs, lo - warm, replace(opts, backfill=backfill),
                          EngineOptions(seed=seed, speed_model=spec.eval.speed_model),
-                         rank_all=rank_all, place=place, starvation_limit=starvation_limit)
+                         rank_all=rank_all, place=place, starvation_limit=starvation_limit,
+                         starvation_order=starvation_order)
     m = metrics.compute(restrict(r, warm))
     return {"jobs": float(m["jobs"]), "bsld_mean": float(m["bsld"]["mean"]),
             "wait_mean": float(m["wait_s"]["mean"]), "jct_mean": float(m["jct_s"]["mean"]),
@@ -86,7 +89,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
 
 def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
                      opts: SchedulerOptions, eng: EngineOptions, *, rank_all: bool = True,
-                     place: bool = True, starvation_limit: float = 0.0) -> SimResult:
+                     place: bool = True, starvation_limit: float = 0.0,
+                     starvation_order: str = "age") -> SimResult:
     """Replay ``jobs`` (rows ``lo..`` of the spec's table) with the net ordering the queue.
 
     The user history starts from the jobs before row ``lo`` and grows with the replay's
@@ -99,7 +103,7 @@ def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
                      rank_all=rank_all)
     pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
     if starvation_limit > 0:
-        pol = StarvationGuard(pol, starvation_limit)
+        pol = StarvationGuard(pol, starvation_limit, starvation_order)
     sim = Simulator(jobs, spec.cluster, pol, opts, eng)
     tp.follow(sim)
     return sim.run()

@@ -408,6 +408,7 @@ class Trainer:
             m = deployed_metrics(self.spec, net, options=self.options, seed=self.cfg.seed,
                                  rank_all=self.cfg.rank_all,
                                  starvation_limit=self.cfg.starvation_limit,
+                                 starvation_order=self.cfg.starvation_order,
                                  place=self.meta[PLACE_TRAINED])
             v = float(m[self.cfg.val_metric])
         else:
