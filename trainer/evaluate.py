@@ -134,8 +134,8 @@ class EvalConfig:
     starvation_limit: float = SiteFactorRule.starvation_limit
     """The helper's starvation guard on the learned policies, as it deploys them
     (:class:`StarvationGuard`): a job that has waited longer than this many seconds goes
-    ahead of the policy's order, the oldest first (default: the helper's default, 2
-    days); 0: no guard (the net's order alone)."""
+    ahead of every job that has not, in ``starvation_order`` (default: the helper's
+    default, 2 days); 0: no guard (the net's order alone)."""
     starvation_order: str = SiteFactorRule.starvation_order
     """How the guard orders the starving jobs among themselves, as the helper's
     ``starvation_order``: ``age`` (oldest first, the default) or ``policy`` (the
