@@ -73,7 +73,7 @@ from typing import Any
 import click
 import numpy as np
 
-from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule
+from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule, check_starvation_order
 from slurm_plugin.model import place_head_trained
 
 from .cli import _input_options, _prepare, resolve
@@ -171,9 +171,7 @@ class EvalConfig:
                              f" not {self.policy_placement!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError("EvalConfig.threads must be >= 1 (or None)")
-        if self.starvation_order not in STARVATION_ORDERS:
-            raise ValueError(f"starvation_order must be one of {sorted(STARVATION_ORDERS)},"
-                             f" not {self.starvation_order!r}")
+        check_starvation_order(self.starvation_order)
         if self.history_jobs < 0 or self.plot_heuristics < 0:
             raise ValueError("history_jobs and plot_heuristics must be >= 0")
         if not (0 <= self.bsld_reduction < 1 and self.p99_slack >= 0 and self.jct_factor > 0):
@@ -339,9 +337,7 @@ class StarvationGuard(Policy):
     """
 
     def __init__(self, inner: Policy, limit: float, order: str = "age") -> None:
-        if order not in STARVATION_ORDERS:
-            raise ValueError(f"starvation order must be one of {sorted(STARVATION_ORDERS)},"
-                             f" not {order!r}")
+        check_starvation_order(order)
         super().__init__(inner.settings, inner.placement)
         self.inner = inner
         self.limit = float(limit)

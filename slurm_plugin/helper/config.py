@@ -22,7 +22,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .decide import MAPPINGS, STARVATION_ORDERS, SiteFactorRule
+from .decide import MAPPINGS, STARVATION_ORDERS, SiteFactorRule, check_starvation_order
 
 __all__ = [
     "DEFAULT_PATH",
@@ -196,10 +196,10 @@ class HelperConfig:
                 raise ConfigError(f"{name} must be at least {low} (got {getattr(self, name)})")
         if self.metrics_port > 65535:
             raise ConfigError(f"metrics_port must be at most 65535 (got {self.metrics_port})")
-        if self.starvation_order == "policy" and self.mapping != "rank":
-            raise ConfigError("starvation_order = \"policy\" needs mapping = \"rank\" (the"
-                              " 'logit' mapping leaves no room above the band for starving"
-                              " jobs): change one of the two")
+        try:
+            check_starvation_order(self.starvation_order, self.mapping)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if not 0.0 <= self.logit_center <= 1.0:
             raise ConfigError(f"logit_center must lie in [0, 1] (got {self.logit_center})")
         if self.backoff_max < self.interval:

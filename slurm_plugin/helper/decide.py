@@ -60,6 +60,7 @@ from ..placement import Candidates, candidates
 __all__ = [
     "MAPPINGS",
     "STARVATION_ORDERS",
+    "check_starvation_order",
     "Choice",
     "SiteChange",
     "SiteFactorRule",
@@ -109,13 +110,7 @@ class SiteFactorRule:
             raise ValueError(f"band_lo ({self.lo}) must be below band_hi ({self.hi})")
         if self.mapping not in MAPPINGS:
             raise ValueError(f"unknown mapping {self.mapping!r}: use one of {sorted(MAPPINGS)}")
-        if self.starvation_order not in STARVATION_ORDERS:
-            raise ValueError(f"unknown starvation_order {self.starvation_order!r}: use one of"
-                             f" {sorted(STARVATION_ORDERS)}")
-        if self.starvation_order == "policy" and self.mapping != "rank":
-            raise ValueError("starvation_order 'policy' needs mapping 'rank' (the 'logit'"
-                             " mapping has no room above the band for starving jobs):"
-                             " set mapping = \"rank\" or starvation_order = \"age\"")
+        check_starvation_order(self.starvation_order, self.mapping)
 
 
 #: How starving jobs are ordered among themselves (module docstring).
@@ -123,6 +118,22 @@ STARVATION_ORDERS: dict[str, str] = {
     "age": "all at the top of the band; Slurm's age factor puts the oldest first",
     "policy": "ranked at the top of the band in the policy's order ('rank' mapping)",
 }
+
+
+def check_starvation_order(order: str, mapping: str = "rank") -> None:
+    """Raise ``ValueError`` unless ``order`` is a known starvation order fitting ``mapping``.
+
+    Known: the keys of :data:`STARVATION_ORDERS`. ``policy`` needs the ``rank`` mapping:
+    ``logit`` values are clipped at ``hi``, which leaves no room above the band for
+    starving jobs.
+    """
+    if order not in STARVATION_ORDERS:
+        raise ValueError(f"unknown starvation_order {order!r}: the starvation order must be"
+                         f" one of {sorted(STARVATION_ORDERS)}")
+    if order == "policy" and mapping != "rank":
+        raise ValueError("starvation_order 'policy' needs mapping 'rank' (the 'logit'"
+                         " mapping has no room above the band for starving jobs):"
+                         " set mapping = \"rank\" or starvation_order = \"age\"")
 
 
 def rank_values(scores: np.ndarray, rule: SiteFactorRule) -> np.ndarray:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
-from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule
+from slurm_plugin.helper.decide import SiteFactorRule, check_starvation_order
 
 from ..env import EnvConfig
 
@@ -163,8 +163,7 @@ class TrainConfig:
               "val_deployed has no reward_sum: pick another val_metric")
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
-        _need(self.starvation_order in STARVATION_ORDERS, c,
-              f"starvation_order must be one of {sorted(STARVATION_ORDERS)}")
+        check_starvation_order(self.starvation_order)
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
         from .acting import AGENTS
