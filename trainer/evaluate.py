@@ -48,8 +48,14 @@ Quality targets (:func:`check_targets`, issue 5), for the first model:
   multi-GPU job within one 8-GPU server is within one leaf by construction).
 
 Each check reports pass/fail with its numbers (value, threshold, the baseline it is
-measured against). ``rlsched evaluate`` prints the table (every policy, every headline
-metric of :func:`trainer.sim.metrics.compute`), and with ``--out`` writes
+measured against). The ratio checks also say how sure they are (:func:`annotate`,
+:mod:`trainer.confidence`): the ratio's block-bootstrap interval over the test jobs
+(``clear``, ``clear miss`` or ``within the noise`` of one period) and in how many of
+``windows`` consecutive windows of the test period the ratio is met; pass/fail stays
+the point value on the whole period, as the issue defines it.
+
+``rlsched evaluate`` prints the table (every policy, every headline metric of
+:func:`trainer.sim.metrics.compute`), the per-window table, and with ``--out`` writes
 ``eval.json`` (the full metrics of every run, the split, the targets, the resolved
 configuration), ``config.json`` and the plots of :func:`trainer.sim.metrics.plot`
 (wait CDF, utilisation and fragmentation over time) for the models, the Slurm baseline
@@ -76,6 +82,7 @@ import numpy as np
 from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule, check_starvation_order
 from slurm_plugin.model import place_head_trained
 
+from . import confidence
 from .cli import _input_options, _prepare, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
@@ -91,6 +98,7 @@ __all__ = [
     "EvalConfig",
     "EvalResult",
     "Split",
+    "annotate",
     "check_targets",
     "evaluate",
     "evaluate_command",
@@ -153,6 +161,17 @@ class EvalConfig:
     plot_heuristics: int = 2
     """Heuristics (best mean bsld first, duplicates left out) drawn in the plots beside
     the models and the Slurm baseline (all runs are in ``eval.json``)."""
+    windows: int = 4
+    """Consecutive windows of equal job count the test period is also read in: mean
+    bsld per window for every run, and in how many windows each target ratio is met
+    (:mod:`trainer.confidence`); 1: the whole period only."""
+    resamples: int = 2000
+    """Block-bootstrap resamples for the confidence interval of each target ratio
+    (:func:`trainer.confidence.ratio_ci`); 0: no intervals."""
+    blocks: int = 20
+    """Blocks of consecutive test jobs the bootstrap draws from."""
+    confidence: float = 0.95
+    """Coverage of the intervals."""
     threads: int | None = 1
     """torch CPU threads while a learned policy replays (it scores one observation at a
     time, where more threads only add overhead); ``None``: leave torch's setting."""
@@ -172,6 +191,10 @@ class EvalConfig:
         if self.threads is not None and self.threads < 1:
             raise ValueError("EvalConfig.threads must be >= 1 (or None)")
         check_starvation_order(self.starvation_order)
+        if self.windows < 1 or self.resamples < 0 or self.blocks < 1:
+            raise ValueError("EvalConfig: windows >= 1, resamples >= 0, blocks >= 1")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"EvalConfig.confidence must lie in (0, 1), not {self.confidence}")
         if self.history_jobs < 0 or self.plot_heuristics < 0:
             raise ValueError("history_jobs and plot_heuristics must be >= 0")
         if not (0 <= self.bsld_reduction < 1 and self.p99_slack >= 0 and self.jct_factor > 0):
@@ -575,6 +598,88 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
             "checks": checks, "passed": passed}
 
 
+#: The checks :func:`annotate` reads as ratios: name -> (per-job metric, threshold of
+#: ``policy / reference`` from the config).
+RATIO_CHECKS: dict[str, tuple[str, Callable[[EvalConfig], float]]] = {
+    "bsld_vs_slurm": ("bsld", lambda c: 1 - c.bsld_reduction),
+    "bsld_vs_best_heuristic": ("bsld", lambda c: 1.0),
+    "jct_vs_best_heuristic": ("jct", lambda c: 1 / c.jct_factor),
+}
+
+
+def annotate(targets: dict[str, Any], results: Mapping[str, SimResult], config: EvalConfig,
+             *, seed: int = 0) -> dict[str, Any]:
+    """Add to each ratio check how sure it is (:mod:`trainer.confidence`).
+
+    For every check of :data:`RATIO_CHECKS` with a reference run, ``ci`` (the ratio of
+    the policy's mean to the reference's, its ``config.confidence`` block-bootstrap
+    interval, the threshold and the verdict: ``clear``, ``clear miss`` or ``within the
+    noise``) and, with ``config.windows`` > 1, ``windows`` (``met``: in how many of the
+    ``of`` consecutive windows the ratio meets the threshold) are added, and the
+    detail line says both; the same for the best heuristic that does not read the
+    recorded run time (the check's ``deployable``), when there is one. The pass/fail
+    stays the issue's: the point value on the whole test period.
+
+    Returns:
+        ``targets``, changed in place.
+    """
+    per_job = {n: metrics.job_metrics(r) for n, r in results.items()}
+    x = per_job.get(targets["policy"])
+    for c in targets["checks"]:
+        spec = RATIO_CHECKS.get(c["name"])
+        ref = c["against"]
+        if spec is None or x is None or c["ok"] is None or ref not in per_job:
+            continue
+        metric, thr = spec[0], spec[1](config)
+        text = _sureness(c, x[metric], per_job[ref][metric], thr, config, seed)
+        c["detail"] += text
+        dep = c.get("deployable")
+        if dep is not None and dep["against"] in per_job:  # the same against that one
+            text = _sureness(dep, x[metric], per_job[dep["against"]][metric], thr, config,
+                             seed)
+            c["detail"] += f"; against {dep['against']}{text}"
+    return targets
+
+
+def _sureness(c: dict[str, Any], xs: np.ndarray, ys: np.ndarray, thr: float,
+              config: EvalConfig, seed: int) -> str:
+    """Put ``ci`` and ``windows`` into ``c`` (:func:`annotate`); the words for its detail."""
+    if not ys.sum() > 0:
+        return ""
+    ci = confidence.ratio_ci(xs, ys, blocks=config.blocks, resamples=config.resamples,
+                             level=config.confidence, seed=seed)
+    word = confidence.verdict(ci, thr)
+    c["ci"] = {**ci.to_dict(), "threshold": thr, "verdict": word}
+    text = f"; ratio {ci.ratio:.3f}"
+    if ci.resamples:
+        text += (f", {ci.level:.0%} interval {ci.lo:.3f}-{ci.hi:.3f}"
+                 f" (target <= {thr:.3f}: {word})")
+    if config.windows > 1:
+        wx = confidence.window_means(xs, config.windows)
+        wy = confidence.window_means(ys, config.windows)
+        met = sum(1 for a, b in zip(wx, wy, strict=True) if b > 0 and a / b <= thr)
+        c["windows"] = {"met": met, "of": len(wx)}
+        text += f"; met in {met} of {len(wx)} windows"
+    return text
+
+
+def window_table(results: Mapping[str, SimResult], windows: int) -> dict[str, Any]:
+    """Mean bsld of every run in consecutive windows of the test period.
+
+    Returns:
+        ``{"rows": [[lo, hi], ...], "first_arrival": [...], "bsld": {name: [...]}}``
+        (rows of the test period; first arrival of each window, in the trace's seconds).
+    """
+    if not results:
+        return {"rows": [], "first_arrival": [], "bsld": {}}
+    jobs = next(iter(results.values())).jobs
+    bounds = confidence.window_bounds(jobs.n, windows)
+    return {"rows": [list(b) for b in bounds],
+            "first_arrival": [int(jobs.eligible[lo]) for lo, _ in bounds],
+            "bsld": {n: confidence.window_means(metrics.job_metrics(r)["bsld"], windows)
+                     for n, r in results.items()}}
+
+
 # ---------------------------------------------------------------------------- table
 #: Columns of :func:`table_rows`.
 TABLE_HEADERS = ("policy", "jobs", "wait mean", "wait p95", "wait p99", "bsld mean",
@@ -614,6 +719,8 @@ class EvalResult:
         targets: The targets of the first model (``None``: no model).
         speed_model: The replays' speed model.
         files: Files written, by role.
+        windows: Mean bsld of every run per window of the test period
+            (:func:`window_table`).
     """
 
     config: EvalConfig
@@ -624,6 +731,7 @@ class EvalResult:
     targets: dict[str, Any] | None
     speed_model: str
     files: dict[str, str] = field(default_factory=dict)
+    windows: dict[str, Any] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -633,6 +741,28 @@ class EvalResult:
     def table(self) -> list[tuple[str, ...]]:
         """The table rows (:data:`TABLE_HEADERS`)."""
         return table_rows(self.metrics)
+
+    def window_rows(self) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+        """Headers and rows of the per-window table.
+
+        Columns: window, jobs, its first day (from the test period's first arrival),
+        then the mean bsld of each plotted run (:meth:`plotted`) and of the best
+        heuristic that does not read the recorded run time, if not plotted.
+        """
+        w = self.windows
+        if not w.get("rows"):
+            return (), []
+        names = self.plotted()
+        for c in (self.targets or {}).get("checks", []):  # and the best deployable one
+            dep = c.get("deployable")
+            if dep and dep["against"] in w["bsld"] and dep["against"] not in names:
+                names.append(dep["against"])
+        t0 = w["first_arrival"][0]
+        rows = [(str(i + 1), str(hi - lo), f"{(fa - t0) / 86400:.1f}",
+                 *(f"{w['bsld'][n][i]:.3f}" for n in names))
+                for i, ((lo, hi), fa) in enumerate(zip(w["rows"], w["first_arrival"],
+                                                       strict=True))]
+        return ("window", "jobs", "day", *names), rows
 
     def plotted(self) -> list[str]:
         """Runs drawn in the plots: the models, slurm and the best heuristics.
@@ -670,6 +800,7 @@ class EvalResult:
             "plotted": self.plotted(),
             "table": {"headers": list(TABLE_HEADERS), "rows": [list(r) for r in self.table()]},
             "targets": self.targets,
+            "windows": self.windows,
             "metrics": self.metrics,
             "files": self.files,
         }
@@ -793,7 +924,9 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                if first is not None else None)
     if targets is not None and first is not None:  # how the checked model ran
         targets["starvation_limit"], targets["starvation_order"] = guard[first]
-    res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model)
+        annotate(targets, results, cfg, seed=seed)
+    res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
+                     windows=window_table(results, cfg.windows))
     if out is not None:
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
@@ -874,6 +1007,13 @@ def _eval_options(fn: Any) -> Any:
                      help="How the guard orders the starving jobs among themselves, as the"
                           " helper's starvation_order: age (oldest first, default) or"
                           " policy (the model's order)."),
+        click.option("--windows", type=click.IntRange(1),
+                     help="Also read the test period in this many consecutive windows:"
+                          " mean bsld per window, and in how many each target ratio is"
+                          " met (default 4; 1: the whole period only)."),
+        click.option("--resamples", type=click.IntRange(0),
+                     help="Block-bootstrap resamples for the 95% interval of each target"
+                          " ratio (default 2000; 0: no intervals)."),
         click.option("--locality-targets/--no-locality-targets", default=None,
                      help="Check the JCT and leaf-locality targets (default: when the speed"
                           " model is not none)."),
@@ -892,6 +1032,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      warmup: float | None, policy_placement: str | None,
                      locality_targets: bool | None, rank_all: bool | None,
                      starvation_limit: float | None, starvation_order: str | None,
+                     windows: int | None, resamples: int | None,
                      **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
@@ -901,7 +1042,10 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     10% validated, the last 20% are the test period. Every model and every baseline
     (slurm, fifo, sjf, the seed heuristics...) replays the test period with the same
     jobs, cluster, scheduler options and speed model; the table shows every
-    headline metric. With --out, writes eval.json, config.json and plots.
+    headline metric, then the mean bsld in --windows consecutive windows of the test
+    period. Each target ratio is also given with a 95% block-bootstrap interval and
+    the number of windows it is met in: a verdict inside the noise of one period says
+    so. With --out, writes eval.json, config.json and plots.
     """
     paths = _model_args(models)
     sim = resolve(json=json_, **kwargs)
@@ -909,7 +1053,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                             "policy_placement": policy_placement,
                             "locality_targets": locality_targets, "rank_all": rank_all,
                             "starvation_limit": starvation_limit,
-                            "starvation_order": starvation_order}
+                            "starvation_order": starvation_order, "windows": windows,
+                            "resamples": resamples}
     try:
         cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
     except ValueError as exc:
@@ -943,4 +1088,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     click.echo(f"test period: jobs {lo}..{hi - 1} of {res.split.n} ({hi - lo} jobs),"
                f" speed model {sim.speed_model}")
     table(TABLE_HEADERS, res.table())
+    heads, rows = res.window_rows()
+    if len(rows) > 1:
+        click.echo(f"mean bsld in {len(rows)} consecutive windows of the test period:")
+        table(heads, rows)
     print_targets(res.targets)

@@ -18,6 +18,7 @@ from trainer.evaluate import (
     TABLE_HEADERS,
     EvalConfig,
     Split,
+    annotate,
     check_targets,
     evaluate,
     restrict,
@@ -315,6 +316,9 @@ def test_config_validation():
         EvalConfig(policy_placement="nowhere")
     with pytest.raises(ValueError, match="warmup"):
         EvalConfig(warmup=0.9)
+    for bad in ({"windows": 0}, {"resamples": -1}, {"blocks": 0}, {"confidence": 1.0}):
+        with pytest.raises(ValueError):
+            EvalConfig(**bad)
 
 
 # ---------------------------------------------------------------------------- evaluate
@@ -389,6 +393,49 @@ def test_tiny_net_against_baselines_writes_outputs(tmp_path, tiny_checkpoint):
         assert a == b
 
 
+def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
+    from trainer.confidence import window_means
+
+    jobs, cl = _table(200, interarrival=20.0)
+    cfg = EvalConfig(baselines=("slurm", "fifo", "sjf"), windows=3, resamples=300)
+    res = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    c = _by_name(res.targets)
+    net, slurm = (metrics.job_metrics(res.results[n])["bsld"] for n in ("net", "slurm"))
+    b = c["bsld_vs_slurm"]
+    assert b["ci"]["ratio"] == pytest.approx(net.mean() / slurm.mean())
+    assert b["ci"]["lo"] <= b["ci"]["ratio"] <= b["ci"]["hi"]
+    assert b["ci"]["threshold"] == pytest.approx(0.7) and b["ci"]["resamples"] == 300
+    assert b["ci"]["verdict"] in ("clear", "clear miss", "within the noise")
+    wn, ws = window_means(net, 3), window_means(slurm, 3)
+    met = sum(a / s <= 0.7 for a, s in zip(wn, ws, strict=True))
+    assert b["windows"] == {"met": met, "of": 3}
+    assert "interval" in b["detail"] and f"met in {met} of 3 windows" in b["detail"]
+    h = c["bsld_vs_best_heuristic"]
+    assert h["ci"]["threshold"] == 1.0 and h["against"] in ("fifo", "sjf")
+    assert "ci" not in c["p99_wait"] and "ci" not in c["utilisation"]
+    assert res.windows["bsld"]["net"] == wn and res.windows["rows"] == [[0, 13], [13, 26],
+                                                                        [26, 40]]
+    heads, rows = res.window_rows()
+    assert heads[:3] == ("window", "jobs", "day") and len(rows) == 3
+    assert rows[0][2] == "0.0" and res.to_dict()["windows"] == res.windows
+    # the best heuristic that does not read the recorded run time gets its own reading
+    t = {"policy": "net", "checks": [{
+        "name": "bsld_vs_best_heuristic", "ok": False, "against": "fifo", "detail": "x",
+        "deployable": {"against": "sjf", "value": 1.0, "ok": False}}]}
+    annotate(t, res.results, cfg)
+    dep = t["checks"][0]["deployable"]
+    sjf = metrics.job_metrics(res.results["sjf"])["bsld"]
+    assert dep["ci"]["ratio"] == pytest.approx(net.mean() / sjf.mean())
+    assert dep["windows"]["of"] == 3 and "; against sjf; ratio" in t["checks"][0]["detail"]
+    res.targets = t
+    assert "sjf" in res.window_rows()[0]
+    plain = evaluate(jobs, cl, {"net": tiny_checkpoint},
+                     dataclasses.replace(cfg, windows=1, resamples=0))
+    b = _by_name(plain.targets)["bsld_vs_slurm"]
+    assert b["ci"]["lo"] == b["ci"]["hi"] == b["ci"]["ratio"] and "windows" not in b
+    assert "interval" not in b["detail"] and len(plain.window_rows()[1]) == 1
+
+
 def test_fixed_placement_wraps_the_net(tiny_checkpoint):
     jobs, cl = _table(120)
     cfg = EvalConfig(baselines=("slurm",), policy_placement="pack")
@@ -408,6 +455,7 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "test period: jobs 240..299 of 300 (60 jobs)" in result.output
     assert "quality targets of tiny" in result.output
+    assert "mean bsld in 4 consecutive windows of the test period:" in result.output
     assert ("(tiny behind the helper's starvation guard at 2 days, starving jobs in age"
             " order, baselines unguarded)") in result.output
     lines = [ln.split()[0] for ln in result.output.splitlines() if ln.strip()]

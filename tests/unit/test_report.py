@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from slurm_plugin import cli
 from trainer.evaluate import EvalConfig, evaluate
-from trainer.report import build_report
+from trainer.report import _num, build_report
 from trainer.sim.policies import make_policy
 from trainer.sim.state import Cluster, build_jobs
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
@@ -93,6 +93,10 @@ def test_report_content(run_dir):
         assert f"<td>{name}</td>" in page
     assert "slurm (incumbent" in page
     assert "Quality targets" in page
+    assert "consecutive windows of the test period" in page and "95% interval" in page
+    assert "<th>from day</th>" in page
+    first = ev["windows"]["bsld"]["slurm"][0]  # the Slurm baseline's first window
+    assert f"<td>{_num(float(first))}</td>" in page
     for c in ev["targets"]["checks"]:
         assert c["name"] in page
     assert "imitation + ppo" in page and "ab" * 32 in page  # the model card
