@@ -6,14 +6,15 @@ stretch (on Theta, a learned policy's verdict against Tetris flipped with the wa
 length alone). :mod:`trainer.evaluate` therefore reads every target ratio twice more,
 from the same replays (no extra simulation):
 
-- :func:`ratio_ci`: the ratio of the two runs' means with a confidence interval from a
-  paired moving-block bootstrap (Künsch, 1989). A resample draws blocks of consecutive
-  jobs, with replacement, and takes the ratio of the two runs' sums over the same jobs:
-  pairs stay together (both runs replayed the same jobs), and blocks keep the
-  congestion episodes that make neighbouring jobs' waits move together (resampling
-  single jobs would pretend they are independent and give intervals far too narrow).
+- :func:`ratio_ci`: the ratio of the two runs' means (or of one quantile, e.g. the
+  p99 wait) with a confidence interval from a paired moving-block bootstrap (Künsch,
+  1989). A resample draws blocks of consecutive jobs, with replacement, and takes the
+  ratio of the two runs' sums over the same jobs: pairs stay together (both runs
+  replayed the same jobs), and blocks keep the congestion episodes that make
+  neighbouring jobs' waits move together (resampling single jobs would pretend they
+  are independent and give intervals far too narrow).
 - :func:`window_means`: the test period cut into consecutive windows of equal job
-  count, one mean per window, and in how many of them one run is lower.
+  count, one mean (or quantile) per window, and in how many of them one run is lower.
 
 numpy only.
 """
@@ -54,14 +55,15 @@ class RatioCI:
 
 
 def ratio_ci(x: np.ndarray, y: np.ndarray, *, blocks: int = 20, resamples: int = 2000,
-             level: float = 0.95, seed: int = 0) -> RatioCI:
-    """``mean(x) / mean(y)`` with a paired moving-block bootstrap interval.
+             level: float = 0.95, seed: int = 0, quantile: float | None = None) -> RatioCI:
+    """``mean(x) / mean(y)`` (or a quantile's) with a paired moving-block bootstrap interval.
 
     The ``n`` jobs are read in blocks of ``b = max(1, n // blocks)`` consecutive jobs;
     a resample draws ``n // b`` block starts uniformly among the ``n - b + 1``
-    possible ones and takes ``sum(x) / sum(y)`` over the drawn blocks. The interval is
-    the percentile interval of those ratios. Seeded: the same inputs give the same
-    interval.
+    possible ones and takes ``sum(x) / sum(y)`` over the drawn blocks (with
+    ``quantile``: the ratio of the two runs' quantiles over the drawn jobs). The
+    interval is the percentile interval of those ratios. Seeded: the same inputs give
+    the same interval.
 
     Args:
         x: Per-job values of the run in the numerator (e.g. a learned policy's bsld).
@@ -71,10 +73,13 @@ def ratio_ci(x: np.ndarray, y: np.ndarray, *, blocks: int = 20, resamples: int =
         resamples: Bootstrap resamples (0: no interval, ``lo = hi = ratio``).
         level: Coverage, in (0, 1).
         seed: Seed of the draws.
+        quantile: Compare this quantile (in [0, 1], e.g. 0.99 for the p99 wait) of the
+            two runs instead of their means.
 
     Raises:
-        ValueError: On arrays of different lengths, no jobs, a non-positive ``sum(y)``,
-            or bad ``blocks``/``resamples``/``level``.
+        ValueError: On arrays of different lengths, no jobs, a non-positive ``sum(y)``
+            (or quantile of ``y``), or bad ``blocks``/``resamples``/``level``/
+            ``quantile``.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -83,19 +88,29 @@ def ratio_ci(x: np.ndarray, y: np.ndarray, *, blocks: int = 20, resamples: int =
                          f" {x.shape} and {y.shape}")
     if blocks < 1 or resamples < 0 or not 0 < level < 1:
         raise ValueError("ratio_ci: blocks >= 1, resamples >= 0 and 0 < level < 1")
-    sy = float(y.sum())
+    if quantile is not None and not 0 <= quantile <= 1:
+        raise ValueError(f"ratio_ci: quantile must lie in [0, 1], not {quantile}")
+    sy = float(y.sum()) if quantile is None else float(np.quantile(y, quantile))
     if not sy > 0:
         raise ValueError("ratio_ci: the reference run's values sum to zero or less")
-    ratio = float(x.sum()) / sy
+    ratio = (float(x.sum()) if quantile is None else float(np.quantile(x, quantile))) / sy
     n = x.size
     b = max(1, n // blocks)
     if resamples == 0:
         return RatioCI(ratio, ratio, ratio, level, 0, b)
-    cx = np.concatenate(([0.0], np.cumsum(x)))
-    cy = np.concatenate(([0.0], np.cumsum(y)))
-    bx, by = cx[b:] - cx[:-b], cy[b:] - cy[:-b]  # the sum of every block, by its start
     starts = np.random.default_rng(seed).integers(0, n - b + 1, size=(resamples, n // b))
-    num, den = bx[starts].sum(axis=1), by[starts].sum(axis=1)
+    if quantile is None:
+        cx = np.concatenate(([0.0], np.cumsum(x)))
+        cy = np.concatenate(([0.0], np.cumsum(y)))
+        bx, by = cx[b:] - cx[:-b], cy[b:] - cy[:-b]  # the sum of every block, by its start
+        num, den = bx[starts].sum(axis=1), by[starts].sum(axis=1)
+    else:
+        num, den = np.empty(resamples), np.empty(resamples)
+        step = max(1, 4_000_000 // n)  # resamples per chunk: ~32 MB of indices
+        for i in range(0, resamples, step):
+            rows = (starts[i:i + step, :, None] + np.arange(b)).reshape(-1, starts.shape[1] * b)
+            num[i:i + step] = np.quantile(x[rows], quantile, axis=1)
+            den[i:i + step] = np.quantile(y[rows], quantile, axis=1)
     ok = den > 0
     r = num[ok] / den[ok]
     if r.size == 0:
@@ -132,8 +147,9 @@ def window_bounds(n: int, windows: int) -> list[tuple[int, int]]:
     return [(edges[i], edges[i + 1]) for i in range(k)]
 
 
-def window_means(x: np.ndarray, windows: int) -> list[float]:
-    """The mean of ``x`` in each of :func:`window_bounds`' windows."""
+def window_means(x: np.ndarray, windows: int, quantile: float | None = None) -> list[float]:
+    """The mean (or ``quantile``) of ``x`` in each of :func:`window_bounds`' windows."""
     x = np.asarray(x, dtype=np.float64)
-    return [float(x[lo:hi].mean()) if hi > lo else 0.0
+    return [0.0 if hi <= lo else float(x[lo:hi].mean()) if quantile is None
+            else float(np.quantile(x[lo:hi], quantile))
             for lo, hi in window_bounds(x.size, windows)]

@@ -599,11 +599,12 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
 
 
 #: The checks :func:`annotate` reads as ratios: name -> (per-job metric, threshold of
-#: ``policy / reference`` from the config).
-RATIO_CHECKS: dict[str, tuple[str, Callable[[EvalConfig], float]]] = {
-    "bsld_vs_slurm": ("bsld", lambda c: 1 - c.bsld_reduction),
-    "bsld_vs_best_heuristic": ("bsld", lambda c: 1.0),
-    "jct_vs_best_heuristic": ("jct", lambda c: 1 / c.jct_factor),
+#: ``policy / reference`` from the config, quantile compared or ``None`` for the mean).
+RATIO_CHECKS: dict[str, tuple[str, Callable[[EvalConfig], float], float | None]] = {
+    "bsld_vs_slurm": ("bsld", lambda c: 1 - c.bsld_reduction, None),
+    "bsld_vs_best_heuristic": ("bsld", lambda c: 1.0, None),
+    "p99_wait": ("wait", lambda c: 1 + c.p99_slack, 0.99),
+    "jct_vs_best_heuristic": ("jct", lambda c: 1 / c.jct_factor, None),
 }
 
 
@@ -612,11 +613,11 @@ def annotate(targets: dict[str, Any], results: Mapping[str, SimResult], config: 
     """Add to each ratio check how sure it is (:mod:`trainer.confidence`).
 
     For every check of :data:`RATIO_CHECKS` with a reference run, ``ci`` (the ratio of
-    the policy's mean to the reference's, its ``config.confidence`` block-bootstrap
-    interval, the threshold and the verdict: ``clear``, ``clear miss`` or ``within the
-    noise``) and, with ``config.windows`` > 1, ``windows`` (``met``: in how many of the
-    ``of`` consecutive windows the ratio meets the threshold) are added, and the
-    detail line says both; the same for the best heuristic that does not read the
+    the policy's mean, or p99 wait, to the reference's, its ``config.confidence``
+    block-bootstrap interval, the threshold and the verdict: ``clear``, ``clear miss``
+    or ``within the noise``) and, with ``config.windows`` > 1, ``windows`` (``met``: in
+    how many of the ``of`` consecutive windows the ratio meets the threshold) are
+    added, and the detail line says both; the same for the best heuristic that does not read the
     recorded run time (the check's ``deployable``), when there is one. The pass/fail
     stays the issue's: the point value on the whole test period.
 
@@ -630,24 +631,24 @@ def annotate(targets: dict[str, Any], results: Mapping[str, SimResult], config: 
         ref = c["against"]
         if spec is None or x is None or c["ok"] is None or ref not in per_job:
             continue
-        metric, thr = spec[0], spec[1](config)
-        text = _sureness(c, x[metric], per_job[ref][metric], thr, config, seed)
+        metric, thr, q = spec[0], spec[1](config), spec[2]
+        text = _sureness(c, x[metric], per_job[ref][metric], thr, q, config, seed)
         c["detail"] += text
         dep = c.get("deployable")
         if dep is not None and dep["against"] in per_job:  # the same against that one
-            text = _sureness(dep, x[metric], per_job[dep["against"]][metric], thr, config,
-                             seed)
+            text = _sureness(dep, x[metric], per_job[dep["against"]][metric], thr, q,
+                             config, seed)
             c["detail"] += f"; against {dep['against']}{text}"
     return targets
 
 
 def _sureness(c: dict[str, Any], xs: np.ndarray, ys: np.ndarray, thr: float,
-              config: EvalConfig, seed: int) -> str:
+              q: float | None, config: EvalConfig, seed: int) -> str:
     """Put ``ci`` and ``windows`` into ``c`` (:func:`annotate`); the words for its detail."""
-    if not ys.sum() > 0:
-        return ""
+    if not (ys.sum() if q is None else np.quantile(ys, q)) > 0:
+        return ""  # (no ratio to a zero)
     ci = confidence.ratio_ci(xs, ys, blocks=config.blocks, resamples=config.resamples,
-                             level=config.confidence, seed=seed)
+                             level=config.confidence, seed=seed, quantile=q)
     word = confidence.verdict(ci, thr)
     c["ci"] = {**ci.to_dict(), "threshold": thr, "verdict": word}
     text = f"; ratio {ci.ratio:.3f}"
@@ -655,8 +656,8 @@ def _sureness(c: dict[str, Any], xs: np.ndarray, ys: np.ndarray, thr: float,
         text += (f", {ci.level:.0%} interval {ci.lo:.3f}-{ci.hi:.3f}"
                  f" (target <= {thr:.3f}: {word})")
     if config.windows > 1:
-        wx = confidence.window_means(xs, config.windows)
-        wy = confidence.window_means(ys, config.windows)
+        wx = confidence.window_means(xs, config.windows, q)
+        wy = confidence.window_means(ys, config.windows, q)
         met = sum(1 for a, b in zip(wx, wy, strict=True) if b > 0 and a / b <= thr)
         c["windows"] = {"met": met, "of": len(wx)}
         text += f"; met in {met} of {len(wx)} windows"

@@ -29,6 +29,22 @@ def test_seeded_and_exact_when_the_runs_differ_by_a_constant_factor():
     assert a.ratio == b.ratio and (a.lo, a.hi) != (b.lo, b.hi)  # the seed draws
 
 
+def test_quantile_ratio():
+    rng = np.random.default_rng(6)
+    y = rng.exponential(100.0, 1000)
+    x = 1.2 * y[rng.permutation(1000)]  # same distribution, scaled: p99 ratio near 1.2
+    ci = ratio_ci(x, y, quantile=0.99, resamples=300)
+    assert ci.ratio == pytest.approx(np.quantile(x, 0.99) / np.quantile(y, 0.99))
+    assert ci.lo < 1.2 < ci.hi and ci.lo < ci.ratio < ci.hi
+    exact = ratio_ci(3 * y, y, quantile=0.99, resamples=50)
+    assert exact.lo == pytest.approx(3) and exact.hi == pytest.approx(3)
+    assert window_means(np.arange(11.0), 1, quantile=0.5) == [5.0]
+    with pytest.raises(ValueError, match="quantile"):
+        ratio_ci(x, y, quantile=1.5)
+    with pytest.raises(ValueError, match="zero"):
+        ratio_ci(x, np.zeros(1000), quantile=0.99)
+
+
 def test_no_resamples_gives_the_point():
     ci = ratio_ci(np.array([1.0, 3.0]), np.array([2.0, 2.0]), resamples=0)
     assert (ci.ratio, ci.lo, ci.hi, ci.resamples) == (1.0, 1.0, 1.0, 0)

@@ -396,7 +396,7 @@ def test_tiny_net_against_baselines_writes_outputs(tmp_path, tiny_checkpoint):
 def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
     from trainer.confidence import window_means
 
-    jobs, cl = _table(200, interarrival=20.0)
+    jobs, cl = _table(200, interarrival=2.0)
     cfg = EvalConfig(baselines=("slurm", "fifo", "sjf"), windows=3, resamples=300)
     res = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
     c = _by_name(res.targets)
@@ -412,7 +412,13 @@ def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
     assert "interval" in b["detail"] and f"met in {met} of 3 windows" in b["detail"]
     h = c["bsld_vs_best_heuristic"]
     assert h["ci"]["threshold"] == 1.0 and h["against"] in ("fifo", "sjf")
-    assert "ci" not in c["p99_wait"] and "ci" not in c["utilisation"]
+    p = c["p99_wait"]  # the p99 wait's ratio, its interval and windows too
+    w_net, w_slurm = (metrics.job_metrics(res.results[n])["wait"] for n in ("net", "slurm"))
+    assert np.quantile(w_slurm, 0.99) > 0  # (a loaded workload: jobs wait)
+    assert p["ci"]["ratio"] == pytest.approx(np.quantile(w_net, 0.99)
+                                             / np.quantile(w_slurm, 0.99))
+    assert p["ci"]["threshold"] == pytest.approx(1.1) and p["windows"]["of"] == 3
+    assert "ci" not in c["utilisation"]
     assert res.windows["bsld"]["net"] == wn and res.windows["rows"] == [[0, 13], [13, 26],
                                                                         [26, 40]]
     heads, rows = res.window_rows()

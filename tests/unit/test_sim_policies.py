@@ -217,6 +217,27 @@ def test_sef_orders_by_the_users_history_estimate():
     assert order("sjf", jobs, ctx(cl))[:3] != [2, 3, 1]  # the limits alone order otherwise
 
 
+def test_seaf_orders_by_the_estimate_times_the_amount():
+    from slurm_plugin.features import UserHistory
+
+    cl = Cluster.from_spec(spec(4))
+    # same user, no history: estimate = half the limit. Job 1: 1 node x 1000 s;
+    # job 2: 4 nodes x 400 s; job 3: 2 nodes x 300 s
+    recs = [job(1, 0, 100, 1, limit=1000), job(2, 1, 100, 4, limit=400),
+            job(3, 2, 100, 2, limit=300)]
+    jobs = build_jobs(recs, cl)
+    seaf, sef = make_policy("seaf"), make_policy("sef")
+    assert isinstance(seaf, type(sef)) and seaf.dynamic and not seaf.reads_state
+    seaf.history = sef.history = UserHistory(seaf.norm)
+    idx = np.arange(3)
+    est = -sef.score(jobs, idx, ctx(cl))
+    amount = (jobs.nodes * np.where(jobs.exclusive, int(cl.cap_c.max()), jobs.cpus)).astype(float)
+    assert seaf.score(jobs, idx, ctx(cl)).tolist() == pytest.approx((-est * amount).tolist())
+    assert order("seaf", jobs, ctx(cl)) == [3, 1, 2]  # areas 300, 500, 800 (x CPUs)
+    assert order("sef", jobs, ctx(cl)) == [3, 2, 1]  # the estimates alone
+    assert not BASELINES["seaf"].seed and not BASELINES["seaf"].oracle
+
+
 def test_sef_learns_from_the_replays_completions():
     # one node: job 1 (user fast, limit 1000, runs 100) runs first; jobs 2 (slow, limit
     # 500) and 3 (fast, limit 1000) wait. With no history, 3's estimate (0.5 x 1000) is
@@ -541,7 +562,7 @@ def test_baselines_name_known_policies_and_placements():
     assert BASELINES["sched2-pack"].placement == "pack"
     assert set(POLICIES) >= {"sif", "saf", "dsif", "lrf", "spf", "tetris", "drf", "random"}
     # rlsched's own heuristic is a baseline, not a seed one; every other is
-    assert [n for n, b in BASELINES.items() if not b.seed] == ["sef"]
+    assert [n for n, b in BASELINES.items() if not b.seed] == ["sef", "seaf"]
     from trainer.sim.policies import Baseline
 
     with pytest.raises(ValueError, match="placement"):

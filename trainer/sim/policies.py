@@ -57,8 +57,8 @@ orders by the user's time limit:
 - ``random``: a random priority per job, drawn when it arrives from the replay's
   generator (:attr:`ScoreContext.rng`): reproducible with the engine's seed.
 
-Not a seed heuristic (it is rlsched's own, and not counted as "the best seed heuristic"
-by :func:`trainer.evaluate.check_targets`):
+Not seed heuristics (they are rlsched's own, and not counted as "the best seed
+heuristic" by :func:`trainer.evaluate.check_targets`):
 
 - ``sef``, Shortest Estimated run First: the run-time estimate the helper's features
   compute from the user's history (:class:`slurm_plugin.features.UserHistory`: the time
@@ -66,6 +66,8 @@ by :func:`trainer.evaluate.check_targets`):
   Deployable: it reads what a scheduler knows, not the recorded run time. The history
   grows with the replay's own completions (:meth:`Policy.bind`), from what it held when
   the replay began (empty, or warm-started by the caller). Re-scored every calc period.
+- ``seaf``, Smallest Estimated Area First: SCHED²'s SPF with ``sef``'s estimate instead
+  of the recorded run time (GPUs, or CPUs, times the estimate). Deployable as ``sef``.
 
 How the learned policy plugs in (LATER, with ``slurm_plugin/features.py``): an adapter
 ``LearnedPolicy(Policy)`` wraps the DESIGN's ``Policy.score(obs)`` /
@@ -119,6 +121,7 @@ __all__ = [
     "RandomOrder",
     "Saf",
     "ScoreContext",
+    "Seaf",
     "Sef",
     "Sif",
     "Sjf",
@@ -554,6 +557,26 @@ class Sef(Policy):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
+class Seaf(Sef):
+    """Smallest estimated area first: :class:`Sef`'s estimate times the resource amount.
+
+    SCHED²'s SPF (GPUs, or CPUs, times the run time) with the run time a scheduler can
+    know: the user's history estimate of :class:`Sef` instead of the recorded one. Where
+    job sizes spread over orders of magnitude (a 256-CPU machine with one-CPU and
+    whole-machine jobs), a small job waiting behind a large short one costs more
+    slowdown than the size-blind :class:`Sef` order admits.
+    """
+
+    name = "seaf"
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """A smaller product of the estimated run time and the amount scores higher."""
+        est: np.ndarray = -super().score(jobs, idx, ctx)
+        out: np.ndarray = -est * _amount(jobs, idx, ctx.cluster)
+        return out
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Tetris(Policy):
     """Tetris as in DL²'s baselines: packing alignment plus shortest remaining time.
 
@@ -651,6 +674,7 @@ POLICIES: dict[str, Callable[[PrioritySettings | None, str], Policy]] = {
     "tetris": Tetris,
     "drf": Drf,
     "sef": Sef,
+    "seaf": Seaf,
     "random": RandomOrder,
 }
 
@@ -667,8 +691,8 @@ class Baseline:
         placement: Key in :data:`~trainer.sim.placement.PLACEMENTS`; ``None``: the
             run's placement option (``--placement``, default ``tree``).
         seed: One of the seed papers' heuristics (or Slurm); ``False`` for rlsched's
-            own (``sef``), which the quality targets do not count as "the best seed
-            heuristic".
+            own (``sef``, ``seaf``), which the quality targets do not count as "the best
+            seed heuristic".
         oracle: It orders by the recorded run time, which no scheduler knows before a
             job ends (SCHED²'s profiled ideal time: ``sif``, ``saf``, ``dsif``, ``spf``).
             On a trace without time limits every job's limit is its run time, so the
@@ -729,6 +753,8 @@ BASELINES: dict[str, Baseline] = {
     "sef": Baseline("sef", True, "rlsched: shortest run time estimated from the user's"
                                  " history (the helper's estimate) first, EASY backfill",
                     seed=False),
+    "seaf": Baseline("seaf", True, "rlsched: smallest GPUs (CPUs) x estimated run time (sef's"
+                                   " estimate) first, EASY backfill", seed=False),
 }
 
 
