@@ -280,8 +280,9 @@ def _imitation_options(fn: F) -> F:
                           " replay of the Slurm baseline (slurm) or of another baseline"
                           " (e.g. sjf; sif and spf read the recorded run time, which the"
                           " net only estimates; sef orders by the estimate the net"
-                          " sees), or auto (default: slurm when no record"
-                          " waited, else history)."),
+                          " sees, seaf by that estimate times the job's GPUs or CPUs),"
+                          " or auto (default: slurm when no record waited, else"
+                          " history)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
