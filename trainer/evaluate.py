@@ -43,7 +43,8 @@ Quality targets (:func:`check_targets`, issue 5), for the first model:
 - with a placement-dependent speed model (``locality_targets``, by default when the
   speed model is not ``none``; the Philly target): mean JCT at least ``jct_factor``
   (1.5x) lower than the best heuristic's (the best mean JCT among the other seed
-  baselines), and a larger share of multi-node jobs within one leaf switch than both
+  baselines; the best of those that do not read the recorded run time is reported, as
+  for the bsld), and a larger share of multi-node jobs within one leaf switch than both
   the Slurm baseline and that heuristic (the simulator measures multi-node jobs: a
   multi-GPU job within one 8-GPU server is within one leaf by construction).
 
@@ -525,6 +526,7 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         return min(among, key=lambda h: (float(ms[h][metric]["mean"]), h)) if among else None
 
     best_b, best_j = lowest(names, "bsld"), lowest(names, "jct_s")
+    deployable_names = [h for h in names if not (h in BASELINES and BASELINES[h].oracle)]
     na = "no heuristic was replayed: not applicable"
     checks: list[dict[str, Any]] = []
 
@@ -540,8 +542,7 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         hb = float(ms[best_b]["bsld"]["mean"])
         detail = f"mean bsld {pb:.3f} vs {best_b} {hb:.3f} (target: lower)"
         # reported, not checked: the best of those that do not read the recorded run time
-        best_d = lowest([h for h in names if not (h in BASELINES and BASELINES[h].oracle)],
-                        "bsld")
+        best_d = lowest(deployable_names, "bsld")
         deployable = None
         if best_d is not None and best_d != best_b:
             hd = float(ms[best_d]["bsld"]["mean"])
@@ -575,10 +576,19 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         else:
             hj = float(ms[best_j]["jct_s"]["mean"])
             factor = hj / pj if pj > 0 else float("inf")
+            detail = (f"mean JCT {pj:,.0f} s vs {best_j} {hj:,.0f} s: {factor:.2f}x lower"
+                      f" (target >= {config.jct_factor}x)")
+            best_dj = lowest(deployable_names, "jct_s")  # reported, as for the bsld
+            deployable = None
+            if best_dj is not None and best_dj != best_j:
+                hd = float(ms[best_dj]["jct_s"]["mean"])
+                fd = hd / pj if pj > 0 else float("inf")
+                deployable = {"against": best_dj, "value": hd, "ok": fd >= config.jct_factor}
+                detail += (f"; best not reading the recorded run time: {best_dj} {hd:,.0f} s"
+                           f" ({fd:.2f}x lower)")
             checks.append(_check("jct_vs_best_heuristic", factor >= config.jct_factor, pj,
-                                 hj / config.jct_factor, best_j,
-                                 f"mean JCT {pj:,.0f} s vs {best_j} {hj:,.0f} s: {factor:.2f}x"
-                                 f" lower (target >= {config.jct_factor}x)"))
+                                 hj / config.jct_factor, best_j, detail))
+            checks[-1]["deployable"] = deployable
         ps = p.get("single_leaf_share")
         raw = {n: ms[n].get("single_leaf_share")
                for n in dict.fromkeys(x for x in (SLURM, best_j) if x is not None)}

@@ -271,6 +271,13 @@ def test_locality_targets_by_hand():
     bad = dict(base, net=_m(6.0, jct=2100.0, leaf=0.55))   # 1.43x; 0.55 < sjf's 0.6
     c = _by_name(check_targets(bad, "net", EvalConfig(), locality=True))
     assert c["jct_vs_best_heuristic"]["ok"] is False and c["single_leaf_share"]["ok"] is False
+    assert c["jct_vs_best_heuristic"]["deployable"] is None  # (no oracle replayed)
+    oracle = dict(base, sif=_m(7.0, jct=1500.0), net=_m(6.0, jct=1900.0))
+    j = _by_name(check_targets(oracle, "net", EvalConfig(), locality=True))[
+        "jct_vs_best_heuristic"]
+    assert j["against"] == "sif" and j["ok"] is False  # 1500 / 1900: 0.79x
+    assert j["deployable"] == {"against": "sjf", "value": 3000.0, "ok": True}  # 1.58x
+    assert "best not reading the recorded run time: sjf 3,000 s (1.58x lower)" in j["detail"]
     none = dict(base, net=_m(6.0, jct=1000.0, leaf=None))  # no multi-node job: n/a
     res = check_targets(none, "net", EvalConfig(), locality=True)
     assert _by_name(res)["single_leaf_share"]["ok"] is None and res["passed"]
