@@ -627,9 +627,9 @@ def annotate(targets: dict[str, Any], results: Mapping[str, SimResult], config: 
     block-bootstrap interval, the threshold and the verdict: ``clear``, ``clear miss``
     or ``within the noise``) and, with ``config.windows`` > 1, ``windows`` (``met``: in
     how many of the ``of`` consecutive windows the ratio meets the threshold) are
-    added, and the detail line says both; the same for the best heuristic that does not read the
-    recorded run time (the check's ``deployable``), when there is one. The pass/fail
-    stays the issue's: the point value on the whole test period.
+    added, and the detail line says both; the same for the best heuristic that does
+    not read the recorded run time (the check's ``deployable``), when there is one.
+    The pass/fail stays the issue's: the point value on the whole test period.
 
     Returns:
         ``targets``, changed in place.
@@ -753,21 +753,30 @@ class EvalResult:
         """The table rows (:data:`TABLE_HEADERS`)."""
         return table_rows(self.metrics)
 
+    def window_names(self) -> list[str]:
+        """Runs shown per window.
+
+        The plotted ones (:meth:`plotted`), then the best heuristics not reading the
+        recorded run time that the targets name.
+        """
+        names = [n for n in self.plotted() if n in self.windows.get("bsld", {})]
+        for c in (self.targets or {}).get("checks", []):
+            dep = c.get("deployable")
+            shown = dep and dep["against"] in self.windows.get("bsld", {})
+            if shown and dep["against"] not in names:
+                names.append(dep["against"])
+        return names
+
     def window_rows(self) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
         """Headers and rows of the per-window table.
 
         Columns: window, jobs, its first day (from the test period's first arrival),
-        then the mean bsld of each plotted run (:meth:`plotted`) and of the best
-        heuristic that does not read the recorded run time, if not plotted.
+        then the mean bsld of each run of :meth:`window_names`.
         """
         w = self.windows
         if not w.get("rows"):
             return (), []
-        names = self.plotted()
-        for c in (self.targets or {}).get("checks", []):  # and the best deployable one
-            dep = c.get("deployable")
-            if dep and dep["against"] in w["bsld"] and dep["against"] not in names:
-                names.append(dep["against"])
+        names = self.window_names()
         t0 = w["first_arrival"][0]
         rows = [(str(i + 1), str(hi - lo), f"{(fa - t0) / 86400:.1f}",
                  *(f"{w['bsld'][n][i]:.3f}" for n in names))
@@ -811,7 +820,7 @@ class EvalResult:
             "plotted": self.plotted(),
             "table": {"headers": list(TABLE_HEADERS), "rows": [list(r) for r in self.table()]},
             "targets": self.targets,
-            "windows": self.windows,
+            "windows": {**self.windows, "shown": self.window_names()},
             "metrics": self.metrics,
             "files": self.files,
         }

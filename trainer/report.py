@@ -226,11 +226,7 @@ def _windows(ev: Mapping[str, Any]) -> str:
     rows, bsld = w.get("rows") or [], w.get("bsld") or {}
     if len(rows) < 2:
         return ""
-    names = [n for n in (ev.get("plotted") or list(bsld)) if n in bsld]
-    for c in (ev.get("targets") or {}).get("checks", []):
-        dep = c.get("deployable")
-        if dep and dep.get("against") in bsld and dep["against"] not in names:
-            names.append(dep["against"])
+    names = [n for n in (w.get("shown") or ev.get("plotted") or list(bsld)) if n in bsld]
     t0 = w["first_arrival"][0]
     head = "".join(f"<th>{esc(c)}</th>" for c in ["window", "jobs", "from day", *names])
     body = "".join(
