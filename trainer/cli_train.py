@@ -26,7 +26,11 @@ that baseline: a stronger teacher than the incumbent (DL² warm-starts from the
 incumbent). SIF, SAF, DSIF and SPF order by the recorded run time, which the net only
 sees estimated: imitating them teaches the net to approximate an oracle from its
 features. SEF orders by that very estimate (the user's history), so the net can
-imitate it exactly.
+imitate it exactly; SEAF by that estimate times the job's GPUs (CPUs). ``best``
+replays every baseline that reads no recorded run time on the validation period (never
+the test period) and imitates the one with the lowest mean bounded slowdown
+(:func:`trainer.evaluate.pick_teacher`): which order suits a site depends on its
+workload (``sef`` on Theta, ``seaf`` on the Lublin model).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _imitate_from() -> tuple[str, ...]:
     from .sim.policies import BASELINES
 
-    return ("auto", "history", *BASELINES)
+    return ("auto", "best", "history", *BASELINES)
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,8 @@ class ImitateCommand(InputOptions):
         epochs: Passes over the training decisions (``None``: ImitationConfig's).
         hidden: Width of the network (``None``: ImitationConfig's).
         max_decisions: Decisions reconstructed at most (``None``: ImitationConfig's).
-        imitate_from: ``auto``, ``history`` or a baseline name (module docstring).
+        imitate_from: ``auto``, ``best``, ``history`` or a baseline name (module
+            docstring).
         speed_model: How run times depend on placement in the replay of a baseline
             (:data:`trainer.sim.speed.SPEED_MODELS`).
     """
@@ -154,7 +159,7 @@ class AllCommand(RLCommand):
     Attributes:
         epochs: Imitation epochs (``None``: ImitationConfig's).
         max_decisions: Imitation decisions at most (``None``: ImitationConfig's).
-        imitate_from: ``auto``, ``history`` or a baseline name.
+        imitate_from: ``auto``, ``best``, ``history`` or a baseline name.
         hidden: Width of the network (``None``: ImitationConfig's).
     """
 
@@ -281,8 +286,9 @@ def _imitation_options(fn: F) -> F:
                           " (e.g. sjf; sif and spf read the recorded run time, which the"
                           " net only estimates; sef orders by the estimate the net"
                           " sees, seaf by that estimate times the job's GPUs or CPUs),"
-                          " or auto (default: slurm when no record waited, else"
-                          " history)."),
+                          " best (the baseline reading no recorded run time with the"
+                          " lowest mean bsld on the validation period), or auto"
+                          " (default: slurm when no record waited, else history)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -386,12 +392,42 @@ def _echo_warnings(kind: type[Warning]) -> Iterator[None]:
         yield
 
 
-def _imitation_source(data: _Data, choice: str) -> str:
+def _imitation_source(data: _Data, choice: str, cmd: InputOptions | None = None,
+                      speed_model: str = "none") -> str:
+    if choice == "best":
+        return _best_teacher(data, cmd or InputOptions(), speed_model)
     if choice != "auto":
         return choice
     waited = any(r.start_time is not None and r.start_time > (r.eligible_time or r.submit_time)
                  for r in data.records)
     return "history" if waited else "slurm"
+
+
+def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str) -> str:
+    """``--imitate-from best``: the baseline to imitate.
+
+    The one with the lowest mean bsld on the validation period
+    (:func:`trainer.evaluate.pick_teacher`), cut with RL's shares when given.
+    """
+    from .evaluate import pick_teacher
+    from .rl import TrainConfig
+
+    over = dict(getattr(cmd, "train", ()))
+    train = over.get("train_share", TrainConfig.train_share)
+    val = over.get("val_share", TrainConfig.val_share)
+    click.echo("choosing the teacher: every baseline that reads no recorded run time"
+               " replays the validation period...", err=True)
+    try:
+        best, scores = pick_teacher(data.jobs, data.cluster, options=data.options,
+                                    priority=data.priority, speed_model=speed_model,
+                                    seed=cmd.seed, train=train, val=val)
+    except ValueError as exc:
+        raise click.ClickException(f"--imitate-from best: {exc}") from None
+    ranked = sorted(scores, key=lambda n: (scores[n], n))
+    click.echo("validation period, mean bounded slowdown: "
+               + ", ".join(f"{n} {scores[n]:.3g}" for n in ranked[:6])
+               + (", ..." if len(ranked) > 6 else "") + f"; teacher: {best}", err=True)
+    return best
 
 
 def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_model: str
@@ -410,7 +446,7 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
                                               ("max_decisions", cmd.max_decisions))
                             if v is not None}
     icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1, **over)
-    source = _imitation_source(data, cmd.imitate_from)
+    source = _imitation_source(data, cmd.imitate_from, cmd, speed_model)
     records = data.records
     if source != "history":
         what = ("the Slurm baseline" if source == "slurm" else

@@ -104,8 +104,10 @@ __all__ = [
     "evaluate",
     "evaluate_command",
     "load_policy",
+    "pick_teacher",
     "restrict",
     "table_rows",
+    "teacher_candidates",
     "time_split",
     "torch_threads",
     "user_history",
@@ -963,6 +965,57 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         data["files"] = res.files
         metrics.write_json(data, d / "eval.json")
     return res
+
+
+def teacher_candidates() -> list[str]:
+    """Baselines ``train --imitate-from best`` chooses among.
+
+    Every one that reads no recorded run time
+    (:attr:`~trainer.sim.policies.Baseline.oracle`), but ``random`` (no order to learn).
+    """
+    return [n for n, b in BASELINES.items() if not b.oracle and b.policy != "random"]
+
+
+def pick_teacher(jobs: JobTable, cluster: Cluster, *,
+                 options: SchedulerOptions | None = None,
+                 priority: PrioritySettings | None = None, speed_model: str = "none",
+                 seed: int = 0, train: float = 0.7, val: float = 0.1,
+                 candidates: Sequence[str] | None = None) -> tuple[str, dict[str, float]]:
+    """The baseline with the lowest mean bsld on the validation period: what to imitate.
+
+    Every candidate replays the validation period (the jobs before the test period, cut
+    as :func:`time_split` cuts, the validation period taking the test period's place,
+    after the same warm-up as :func:`evaluate`'s), never the test period.
+
+    Args:
+        jobs: The whole history (all periods).
+        cluster: The cluster.
+        options: Scheduler options (Slurm as configured).
+        priority: Priority settings of the ``slurm`` baseline.
+        speed_model: Speed model of the replays (the one RL trains with).
+        seed: Seed of the replays.
+        train: Share of the training period.
+        val: Share of the validation period (> 0).
+        candidates: Baseline names (default :func:`teacher_candidates`).
+
+    Returns:
+        The chosen name (ties: the first in name order) and every candidate's mean bsld.
+
+    Raises:
+        ValueError: If ``val`` leaves no validation job, or a name is unknown.
+    """
+    names = list(candidates) if candidates is not None else teacher_candidates()
+    sp = time_split(jobs.n, train, val)
+    if sp.test_start <= sp.val_start:
+        raise ValueError("picking a teacher needs a validation period (val > 0)")
+    part = window(jobs, 0, sp.test_start, shift=False)
+    cfg = EvalConfig(train=train, val=val, baselines=tuple(dict.fromkeys([SLURM, *names])),
+                     windows=1, resamples=0, plot_heuristics=0)
+    res = evaluate(part, cluster, {}, cfg, options=options, priority=priority,
+                   speed_model=speed_model, seed=seed,
+                   split=Split(part.n, sp.val_start, sp.val_start))
+    scores = {n: float(res.metrics[n]["bsld"]["mean"]) for n in names}
+    return min(names, key=lambda n: (scores[n], n)), scores
 
 
 def print_targets(targets: Mapping[str, Any] | None) -> None:

@@ -583,6 +583,21 @@ def test_imitate_a_replay_of_another_baseline(tmp_path):
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_imitate_from_best_picks_the_teacher_on_the_validation_period(tmp_path):
+    out = tmp_path / "im"
+    res = _invoke("train", "imitate", "--trace", str(LUBLIN), "--limit", "300", "--out",
+                  str(out), "--hidden", "8", "--epochs", "1", "--max-decisions", "150",
+                  "--imitate-from", "best", "--missing-limits", "users")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    line = next(ln for ln in res.output.splitlines() if "; teacher: " in ln)
+    chosen = line.rsplit("; teacher: ", 1)[1].strip()
+    first = line.split(": ", 1)[1].split(",")[0].split()[0]
+    assert chosen == first  # the lowest mean bsld comes first
+    assert json.loads((out / "imitation.json").read_text())["imitate_from"] == chosen
+    assert f"imitating a replay of the {chosen} baseline" in res.output or chosen == "slurm"
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
 @pytest.mark.parametrize("command", ["imitate", "all"])
 def test_the_teacher_replays_with_the_speed_model_rl_uses(tmp_path, monkeypatch, command):
     """--imitate-from BASELINE replays the baseline under --speed-model, as RL trains."""
