@@ -27,8 +27,9 @@ incumbent). SIF, SAF, DSIF and SPF order by the recorded run time, which the net
 sees estimated: imitating them teaches the net to approximate an oracle from its
 features. SEF orders by that very estimate (the user's history), so the net can
 imitate it exactly; SEAF by that estimate times the job's GPUs (CPUs). ``best``
-replays every baseline that reads no recorded run time on the validation period (never
-the test period) and imitates the one with the lowest mean bounded slowdown
+replays every baseline that reads no recorded run time on the jobs before the test
+period (never the test period) and imitates the one with the lowest mean bounded
+slowdown
 (:func:`trainer.evaluate.pick_teacher`): which order suits a site depends on its
 workload (``sef`` on Theta, ``seaf`` on the Lublin model).
 """
@@ -287,7 +288,7 @@ def _imitation_options(fn: F) -> F:
                           " net only estimates; sef orders by the estimate the net"
                           " sees, seaf by that estimate times the job's GPUs or CPUs),"
                           " best (the baseline reading no recorded run time with the"
-                          " lowest mean bsld on the validation period), or auto"
+                          " lowest mean bsld before the test period), or auto"
                           " (default: slurm when no record waited, else history)."),
     ]
     for opt in reversed(opts):
@@ -406,7 +407,7 @@ def _imitation_source(data: _Data, choice: str, cmd: InputOptions | None = None,
 def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str) -> str:
     """``--imitate-from best``: the baseline to imitate.
 
-    The one with the lowest mean bsld on the validation period
+    The one with the lowest mean bsld over the jobs before the test period
     (:func:`trainer.evaluate.pick_teacher`), cut with RL's shares when given.
     """
     from .evaluate import pick_teacher
@@ -416,7 +417,7 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str) -> str:
     train = over.get("train_share", TrainConfig.train_share)
     val = over.get("val_share", TrainConfig.val_share)
     click.echo("choosing the teacher: every baseline that reads no recorded run time"
-               " replays the validation period...", err=True)
+               " replays the jobs before the test period...", err=True)
     try:
         best, scores = pick_teacher(data.jobs, data.cluster, options=data.options,
                                     priority=data.priority, speed_model=speed_model,
@@ -424,7 +425,7 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str) -> str:
     except ValueError as exc:
         raise click.ClickException(f"--imitate-from best: {exc}") from None
     ranked = sorted(scores, key=lambda n: (scores[n], n))
-    click.echo("validation period, mean bounded slowdown: "
+    click.echo("before the test period, mean bounded slowdown: "
                + ", ".join(f"{n} {scores[n]:.3g}" for n in ranked[:6])
                + (", ..." if len(ranked) > 6 else "") + f"; teacher: {best}", err=True)
     return best
