@@ -29,9 +29,9 @@ features. SEF orders by that very estimate (the user's history), so the net can
 imitate it exactly; SEAF by that estimate times the job's GPUs (CPUs). ``best``
 replays every baseline that reads no recorded run time on the jobs before the test
 period (never the test period) and imitates the one with the lowest mean bounded
-slowdown
-(:func:`trainer.evaluate.pick_teacher`): which order suits a site depends on its
-workload (``sef`` on Theta, ``seaf`` on the Lublin model).
+slowdown (:func:`trainer.evaluate.pick_teacher`; the scores go into
+``imitation.json``): which order suits a site depends on its workload (``sef`` on
+Theta, ``seaf`` on the Lublin model).
 """
 
 from __future__ import annotations
@@ -394,17 +394,19 @@ def _echo_warnings(kind: type[Warning]) -> Iterator[None]:
 
 
 def _imitation_source(data: _Data, choice: str, cmd: InputOptions | None = None,
-                      speed_model: str = "none") -> str:
+                      speed_model: str = "none") -> tuple[str, dict[str, Any] | None]:
+    """The decisions to imitate, and how ``best`` chose them (``None`` otherwise)."""
     if choice == "best":
         return _best_teacher(data, cmd or InputOptions(), speed_model)
     if choice != "auto":
-        return choice
+        return choice, None
     waited = any(r.start_time is not None and r.start_time > (r.eligible_time or r.submit_time)
                  for r in data.records)
-    return "history" if waited else "slurm"
+    return ("history" if waited else "slurm"), None
 
 
-def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str) -> str:
+def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str
+                  ) -> tuple[str, dict[str, Any]]:
     """``--imitate-from best``: the baseline to imitate.
 
     The one with the lowest mean bsld over the jobs before the test period
@@ -428,7 +430,9 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str) -> str:
     click.echo("before the test period, mean bounded slowdown: "
                + ", ".join(f"{n} {scores[n]:.3g}" for n in ranked[:6])
                + (", ..." if len(ranked) > 6 else "") + f"; teacher: {best}", err=True)
-    return best
+    return best, {"criterion": "mean bsld of the jobs before the test period",
+                  "train_share": train, "val_share": val, "speed_model": speed_model,
+                  "bsld_mean": {n: scores[n] for n in ranked}}
 
 
 def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_model: str
@@ -447,7 +451,7 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
                                               ("max_decisions", cmd.max_decisions))
                             if v is not None}
     icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1, **over)
-    source = _imitation_source(data, cmd.imitate_from, cmd, speed_model)
+    source, choice = _imitation_source(data, cmd.imitate_from, cmd, speed_model)
     records = data.records
     if source != "history":
         what = ("the Slurm baseline" if source == "slurm" else
@@ -466,6 +470,8 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     rep = {**report.to_dict(), "imitate_from": source}
+    if choice is not None:
+        rep["teacher_choice"] = choice
     out.mkdir(parents=True, exist_ok=True)
     save_checkpoint(out / "imitation.pt", net,
                     extra={"imitation": rep, PLACE_TRAINED: place_head_learned(report.stats)})

@@ -593,7 +593,10 @@ def test_imitate_from_best_picks_the_teacher_on_the_validation_period(tmp_path):
     chosen = line.rsplit("; teacher: ", 1)[1].strip()
     first = line.split(": ", 1)[1].split(",")[0].split()[0]
     assert chosen == first  # the lowest mean bsld comes first
-    assert json.loads((out / "imitation.json").read_text())["imitate_from"] == chosen
+    rep = json.loads((out / "imitation.json").read_text())
+    assert rep["imitate_from"] == chosen
+    scores = rep["teacher_choice"]["bsld_mean"]
+    assert min(scores, key=scores.get) == chosen and "sif" not in scores
     assert f"imitating a replay of the {chosen} baseline" in res.output or chosen == "slurm"
 
 
