@@ -716,7 +716,7 @@ def run_demo(config: DemoConfig | None = None,
 def _final_table(d: Demo) -> None:
     from slurm_plugin.output import table
 
-    from .evaluate import TABLE_HEADERS, print_targets
+    from .evaluate import TABLE_HEADERS, print_pairs, print_targets
 
     res = d.state["eval"]
     lo, hi = res.split.test
@@ -725,6 +725,7 @@ def _final_table(d: Demo) -> None:
                f" {res.speed_model}")
     table(TABLE_HEADERS, res.table())
     print_targets(res.targets)
+    print_pairs(res.pairs)
     total = sum(s.seconds for s in d.stages)
     click.echo(f"\ndone in {total / 60:.1f} min: open {d.out / 'report.html'}")
 

@@ -104,6 +104,7 @@ __all__ = [
     "evaluate",
     "evaluate_command",
     "load_policy",
+    "model_pairs",
     "pick_teacher",
     "restrict",
     "table_rows",
@@ -676,6 +677,32 @@ def _sureness(c: dict[str, Any], xs: np.ndarray, ys: np.ndarray, thr: float,
     return text
 
 
+def model_pairs(results: Mapping[str, SimResult], models: Sequence[str], config: EvalConfig,
+                *, seed: int = 0) -> list[dict[str, Any]]:
+    """Each model after the first against the first, on mean bsld, with how sure it is.
+
+    E.g. an RL checkpoint against the imitation net it started from: is it lower on the
+    unseen jobs by more than one period's noise? Each entry has ``model``, ``against``,
+    ``value``/``reference`` (the two mean bsld), ``ci`` (ratio, interval, verdict
+    against 1), ``windows`` (in how many it is lower) and a one-line ``detail``
+    (:func:`annotate`'s reading).
+    """
+    out: list[dict[str, Any]] = []
+    names = [m for m in models if m in results]
+    if len(names) < 2:
+        return out
+    ref = metrics.job_metrics(results[names[0]])["bsld"]
+    for m in names[1:]:
+        x = metrics.job_metrics(results[m])["bsld"]
+        e: dict[str, Any] = {"model": m, "against": names[0], "value": float(x.mean()),
+                             "reference": float(ref.mean())}
+        text = _sureness(e, x, ref, 1.0, None, config, seed)
+        e["detail"] = (f"{m} vs {names[0]}: mean bsld {x.mean():.3f} vs {ref.mean():.3f}"
+                       f"{text}")
+        out.append(e)
+    return out
+
+
 def window_table(results: Mapping[str, SimResult], windows: int) -> dict[str, Any]:
     """Mean bsld of every run in consecutive windows of the test period.
 
@@ -734,6 +761,7 @@ class EvalResult:
         files: Files written, by role.
         windows: Mean bsld of every run per window of the test period
             (:func:`window_table`).
+        pairs: Each model after the first against the first (:func:`model_pairs`).
     """
 
     config: EvalConfig
@@ -745,6 +773,7 @@ class EvalResult:
     speed_model: str
     files: dict[str, str] = field(default_factory=dict)
     windows: dict[str, Any] = field(default_factory=dict)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def names(self) -> list[str]:
@@ -823,6 +852,7 @@ class EvalResult:
             "table": {"headers": list(TABLE_HEADERS), "rows": [list(r) for r in self.table()]},
             "targets": self.targets,
             "windows": {**self.windows, "shown": self.window_names()},
+            "model_pairs": self.pairs,
             "metrics": self.metrics,
             "files": self.files,
         }
@@ -948,7 +978,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         targets["starvation_limit"], targets["starvation_order"] = guard[first]
         annotate(targets, results, cfg, seed=seed)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
-                     windows=window_table(results, cfg.windows))
+                     windows=window_table(results, cfg.windows),
+                     pairs=model_pairs(results, list(models), cfg, seed=seed))
     if out is not None:
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
@@ -1040,6 +1071,14 @@ def print_targets(targets: Mapping[str, Any] | None) -> None:
     for c in targets["checks"]:
         mark = {True: "pass", False: "FAIL", None: "n/a "}[c["ok"]]
         click.echo(f"  [{mark}] {c['name']:<24} {c['detail']}")
+
+
+def print_pairs(pairs: Sequence[Mapping[str, Any]]) -> None:
+    """Print :func:`model_pairs`, one line per model."""
+    if pairs:
+        click.echo(f"models against {pairs[0]['against']} on the test period:")
+        for e in pairs:
+            click.echo(f"  {e['detail']}")
 
 
 # ---------------------------------------------------------------------------- command
@@ -1172,3 +1211,4 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
         click.echo(f"mean bsld in {len(rows)} consecutive windows of the test period:")
         table(heads, rows)
     print_targets(res.targets)
+    print_pairs(res.pairs)

@@ -220,6 +220,16 @@ def _targets(t: Mapping[str, Any] | None) -> str:
             f"<table><tbody>{items}</tbody></table>")
 
 
+def _pairs(ev: Mapping[str, Any]) -> str:
+    """Each later model against the first (``eval.json``'s ``model_pairs``)."""
+    pairs = ev.get("model_pairs") or []
+    if not pairs:
+        return ""
+    items = "".join(f"<li>{esc(e['detail'])}</li>" for e in pairs)
+    return (f"<h3>Models against {esc(pairs[0]['against'])}</h3>"
+            f"<ul class='note'>{items}</ul>")
+
+
 def _windows(ev: Mapping[str, Any]) -> str:
     """Mean bsld per consecutive window of the test period (``eval.json``'s ``windows``)."""
     w = ev.get("windows") or {}
@@ -444,6 +454,7 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
         " drain of the last jobs counts too.</p>",
         _headline(ev),
         _targets(ev.get("targets")),
+        _pairs(ev),
         _windows(ev),
         "<h2>Waits, utilisation and fragmentation</h2>",
         plots or "<p class='note'>No plots in this run directory (matplotlib was not"

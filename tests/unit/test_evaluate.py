@@ -450,6 +450,28 @@ def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
     assert "interval" not in b["detail"] and len(plain.window_rows()[1]) == 1
 
 
+def test_later_models_are_read_against_the_first():
+    from trainer.confidence import ratio_ci
+
+    jobs, cl = _table(200, interarrival=2.0)
+    cfg = EvalConfig(baselines=("slurm",), resamples=200)
+    res = evaluate(jobs, cl, {"a": make_policy("fifo"), "b": make_policy("sjf"),
+                              "c": make_policy("fifo")}, cfg)
+    a, b = (metrics.job_metrics(res.results[n])["bsld"] for n in ("a", "b"))
+    assert [e["model"] for e in res.pairs] == ["b", "c"]
+    e = res.pairs[0]
+    assert e["against"] == "a" and e["value"] == pytest.approx(b.mean())
+    assert e["reference"] == pytest.approx(a.mean())
+    want = ratio_ci(b, a, resamples=200)
+    assert (e["ci"]["lo"], e["ci"]["hi"]) == pytest.approx((want.lo, want.hi))
+    assert e["ci"]["threshold"] == 1.0 and e["windows"]["of"] == 4
+    assert e["detail"].startswith(f"b vs a: mean bsld {b.mean():.3f} vs {a.mean():.3f}")
+    assert res.pairs[1]["ci"]["ratio"] == pytest.approx(1.0)  # the same order: ratio 1
+    assert res.to_dict()["model_pairs"] == res.pairs
+    one = evaluate(jobs, cl, {"a": make_policy("fifo")}, cfg)
+    assert one.pairs == []
+
+
 def test_pick_teacher_replays_the_jobs_before_the_test_period():
     from trainer.evaluate import pick_teacher, teacher_candidates
 

@@ -35,7 +35,8 @@ def run_dir(tmp_path_factory):
     spec = default_cluster(wc)
     cl = Cluster.from_spec(spec)
     jobs = build_jobs(replay_records(generate(wc), spec), cl)
-    evaluate(jobs, cl, {ODD: make_policy("sjf")}, EvalConfig(baselines=("slurm", "fifo", "dsif")),
+    evaluate(jobs, cl, {ODD: make_policy("sjf"), "second": make_policy("fifo")},
+             EvalConfig(baselines=("slurm", "fifo", "dsif")),
              speed_model="locality", out=run / "eval")
     card = {"format": "rlsched-model-card/1", "sha256": "ab" * 32, "opset": 17,
             "schema_version": 1, "schema_hash": "cd" * 32, "inputs": ["jobs"],
@@ -95,6 +96,7 @@ def test_report_content(run_dir):
     assert "Quality targets" in page
     assert "consecutive windows of the test period" in page and "95% interval" in page
     assert "<th>from day</th>" in page
+    assert "Models against sjf&lt;b&gt;&amp;co" in page and "second vs sjf&lt;b" in page
     first = ev["windows"]["bsld"]["slurm"][0]  # the Slurm baseline's first window
     assert f"<td>{_num(float(first))}</td>" in page
     for c in ev["targets"]["checks"]:
