@@ -26,8 +26,8 @@ from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
 from .sim.speed import SPEED_MODELS
 
-__all__ = ["SimulateConfig", "build_sim", "compare", "load_input", "resolve", "run_baselines",
-           "simulate"]
+__all__ = ["SimulateConfig", "build_sim", "compare", "load_input", "replay_baseline",
+           "resolve", "run_baselines", "simulate"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -265,20 +265,33 @@ def _prepare(cfg: SimulateConfig) -> _Prepared:
                      cfg.config)
 
 
+def replay_baseline(name: str, jobs: Any, cluster: Any, priority: Any, options: Any,
+                    eng: Any) -> Any:
+    """One baseline's replay of ``jobs``: a ``SimResult`` named after it.
+
+    The baseline's policy, backfill setting and placement come from
+    :meth:`trainer.sim.policies.Baseline.build`.
+    """
+    from .sim.engine import Simulator
+
+    policy, opts = BASELINES[name].build(priority, options)
+    r = Simulator(jobs, cluster, policy, opts, eng).run()
+    r.policy = name
+    return r
+
+
 def run_baselines(prep: _Prepared, names: list[str], *, progress: bool = False
                   ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Replay each baseline; returns the results and their metrics by name."""
     from .sim import metrics
-    from .sim.engine import EngineOptions, Simulator
+    from .sim.engine import EngineOptions
 
     results: dict[str, Any] = {}
     ms: dict[str, dict[str, Any]] = {}
     eng = EngineOptions(seed=prep.cfg.seed, speed_model=prep.cfg.speed_model)
 
     def one(name: str) -> None:
-        policy, opts = BASELINES[name].build(prep.priority, prep.options)
-        r = Simulator(prep.jobs, prep.cluster, policy, opts, eng).run()
-        r.policy = name
+        r = replay_baseline(name, prep.jobs, prep.cluster, prep.priority, prep.options, eng)
         results[name] = r
         m = metrics.compute(r)
         m["rejected"] = prep.rejected

@@ -92,7 +92,8 @@ def ratio_ci(x: np.ndarray, y: np.ndarray, *, blocks: int = 20, resamples: int =
         raise ValueError(f"ratio_ci: quantile must lie in [0, 1], not {quantile}")
     sy = float(y.sum()) if quantile is None else float(np.quantile(y, quantile))
     if not sy > 0:
-        raise ValueError("ratio_ci: the reference run's values sum to zero or less")
+        what = "values sum to" if quantile is None else f"{quantile} quantile is"
+        raise ValueError(f"ratio_ci: the reference run's {what} zero or less")
     ratio = (float(x.sum()) if quantile is None else float(np.quantile(x, quantile))) / sy
     n = x.size
     b = max(1, n // blocks)

@@ -84,7 +84,7 @@ from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule, check_
 from slurm_plugin.model import place_head_trained
 
 from . import confidence
-from .cli import _input_options, _prepare, resolve
+from .cli import _input_options, _prepare, replay_baseline, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import history_before
@@ -621,7 +621,12 @@ RATIO_CHECKS: dict[str, tuple[str, Callable[[EvalConfig], float], float | None]]
 }
 
 
-def annotate(targets: dict[str, Any], results: Mapping[str, SimResult], config: EvalConfig,
+#: Per-job arrays of each run by name (:func:`trainer.sim.metrics.job_metrics`), computed
+#: once per evaluation for :func:`annotate`, :func:`model_pairs` and :func:`window_table`.
+PerJob = Mapping[str, Mapping[str, np.ndarray]]
+
+
+def annotate(targets: dict[str, Any], per_job: PerJob, config: EvalConfig,
              *, seed: int = 0) -> dict[str, Any]:
     """Add to each ratio check how sure it is (:mod:`trainer.confidence`).
 
@@ -637,7 +642,6 @@ def annotate(targets: dict[str, Any], results: Mapping[str, SimResult], config: 
     Returns:
         ``targets``, changed in place.
     """
-    per_job = {n: metrics.job_metrics(r) for n, r in results.items()}
     x = per_job.get(targets["policy"])
     for c in targets["checks"]:
         spec = RATIO_CHECKS.get(c["name"])
@@ -677,7 +681,7 @@ def _sureness(c: dict[str, Any], xs: np.ndarray, ys: np.ndarray, thr: float,
     return text
 
 
-def model_pairs(results: Mapping[str, SimResult], models: Sequence[str], config: EvalConfig,
+def model_pairs(per_job: PerJob, models: Sequence[str], config: EvalConfig,
                 *, seed: int = 0) -> list[dict[str, Any]]:
     """Each model after the first against the first, on mean bsld, with how sure it is.
 
@@ -688,12 +692,12 @@ def model_pairs(results: Mapping[str, SimResult], models: Sequence[str], config:
     (:func:`annotate`'s reading).
     """
     out: list[dict[str, Any]] = []
-    names = [m for m in models if m in results]
+    names = [m for m in models if m in per_job]
     if len(names) < 2:
         return out
-    ref = metrics.job_metrics(results[names[0]])["bsld"]
+    ref = per_job[names[0]]["bsld"]
     for m in names[1:]:
-        x = metrics.job_metrics(results[m])["bsld"]
+        x = per_job[m]["bsld"]
         e: dict[str, Any] = {"model": m, "against": names[0], "value": float(x.mean()),
                              "reference": float(ref.mean())}
         text = _sureness(e, x, ref, 1.0, None, config, seed)
@@ -703,21 +707,25 @@ def model_pairs(results: Mapping[str, SimResult], models: Sequence[str], config:
     return out
 
 
-def window_table(results: Mapping[str, SimResult], windows: int) -> dict[str, Any]:
+def window_table(per_job: PerJob, jobs: JobTable | None, windows: int) -> dict[str, Any]:
     """Mean bsld of every run in consecutive windows of the test period.
+
+    Args:
+        per_job: The runs' per-job arrays.
+        jobs: The test period's jobs (``None``: no run).
+        windows: Windows.
 
     Returns:
         ``{"rows": [[lo, hi], ...], "first_arrival": [...], "bsld": {name: [...]}}``
         (rows of the test period; first arrival of each window, in the trace's seconds).
     """
-    if not results:
+    if jobs is None or not per_job:
         return {"rows": [], "first_arrival": [], "bsld": {}}
-    jobs = next(iter(results.values())).jobs
     bounds = confidence.window_bounds(jobs.n, windows)
     return {"rows": [list(b) for b in bounds],
             "first_arrival": [int(jobs.eligible[lo]) for lo, _ in bounds],
-            "bsld": {n: confidence.window_means(metrics.job_metrics(r)["bsld"], windows)
-                     for n, r in results.items()}}
+            "bsld": {n: confidence.window_means(pj["bsld"], windows)
+                     for n, pj in per_job.items()}}
 
 
 # ---------------------------------------------------------------------------- table
@@ -969,6 +977,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             r.policy = name
             results[name] = r
             ms[name] = metrics.compute(r)
+    per_job = {n: metrics.job_metrics(r) for n, r in results.items()}  # (once, for all)
+    table_jobs = next(iter(results.values())).jobs if results else None
     locality = (cfg.locality_targets if cfg.locality_targets is not None
                 else speed_model != "none")
     first = next(iter(models), None)
@@ -976,10 +986,10 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                if first is not None else None)
     if targets is not None and first is not None:  # how the checked model ran
         targets["starvation_limit"], targets["starvation_order"] = guard[first]
-        annotate(targets, results, cfg, seed=seed)
+        annotate(targets, per_job, cfg, seed=seed)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
-                     windows=window_table(results, cfg.windows),
-                     pairs=model_pairs(results, list(models), cfg, seed=seed))
+                     windows=window_table(per_job, table_jobs, cfg.windows),
+                     pairs=model_pairs(per_job, list(models), cfg, seed=seed))
     if out is not None:
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
@@ -1045,13 +1055,10 @@ def pick_teacher(jobs: JobTable, cluster: Cluster, *,
         raise ValueError(f"unknown or no teacher candidates {unknown}: {sorted(BASELINES)}")
     sp = time_split(jobs.n, train, val)
     part = window(jobs, 0, sp.test_start, shift=False)
-    opts = options or SchedulerOptions()
     eng = EngineOptions(seed=seed, speed_model=speed_model)
-    scores: dict[str, float] = {}
-    for name in names:
-        pol, o = BASELINES[name].build(priority or PrioritySettings(), opts)
-        scores[name] = float(metrics.compute(Simulator(part, cluster, pol, o, eng).run())
-                             ["bsld"]["mean"])
+    scores = {n: float(metrics.job_metrics(replay_baseline(
+        n, part, cluster, priority or PrioritySettings(), options or SchedulerOptions(),
+        eng))["bsld"].mean()) for n in names}
     return min(names, key=lambda n: (scores[n], n)), scores
 
 

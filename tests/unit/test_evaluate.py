@@ -436,7 +436,7 @@ def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
     t = {"policy": "net", "checks": [{
         "name": "bsld_vs_best_heuristic", "ok": False, "against": "fifo", "detail": "x",
         "deployable": {"against": "sjf", "value": 1.0, "ok": False}}]}
-    annotate(t, res.results, cfg)
+    annotate(t, {n: metrics.job_metrics(r) for n, r in res.results.items()}, cfg)
     dep = t["checks"][0]["deployable"]
     sjf = metrics.job_metrics(res.results["sjf"])["bsld"]
     assert dep["ci"]["ratio"] == pytest.approx(net.mean() / sjf.mean())

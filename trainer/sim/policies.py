@@ -571,9 +571,8 @@ class Seaf(Sef):
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """A smaller product of the estimated run time and the amount scores higher."""
-        est: np.ndarray = -super().score(jobs, idx, ctx)
-        out: np.ndarray = -est * _amount(jobs, idx, ctx.cluster)
-        return out
+        out: np.ndarray = super().score(jobs, idx, ctx) * _amount(jobs, idx, ctx.cluster)
+        return out  # (Sef's score is minus the estimate)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
