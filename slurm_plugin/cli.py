@@ -68,6 +68,11 @@ COMMANDS: dict[str, CommandEntry] = {
         "Compare learned policies with every baseline on the test period (quality targets).",
         extra="train",
     ),
+    "tune-guard": CommandEntry(
+        "trainer.guard:tune_guard",
+        "Choose the helper's starvation guard on your own history (validation period).",
+        extra="train",
+    ),
     "demo": CommandEntry(
         "trainer.demo:demo",
         "Run the whole product end to end on a synthetic GPU cluster (or a trace).",

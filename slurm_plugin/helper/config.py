@@ -116,7 +116,8 @@ class HelperConfig:
                            " current one by more than this.")
     starvation_limit: float = _key(2 * 86400.0, "A job waiting longer than this (seconds"
                                    " since eligible) goes above every job that has not"
-                                   " waited as long.", kind="duration")
+                                   " waited as long. Choose it on your own history with"
+                                   " 'rlsched tune-guard MODEL ...'.", kind="duration")
     starvation_order: str = _key("age", "How those starving jobs are ordered among"
                                  " themselves: 'age' (all at band_hi, Slurm's age factor"
                                  " puts the oldest first: the tightest bound on the longest"

@@ -1,0 +1,141 @@
+"""trainer.guard: the starvation guard chosen on the validation period (rlsched tune-guard)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from slurm_plugin import cli
+from trainer.evaluate import SLURM, EvalConfig, Split, evaluate, time_split
+from trainer.guard import GuardSetting, choose, parse_limits, sweep
+from trainer.sim.state import Cluster, build_jobs
+from trainer.sim.stepper import window
+from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
+LUBLIN = TRACES / "lublin_256.swf"
+
+
+def test_limits_are_read_as_admins_type_them():
+    assert parse_limits("1d, 36h,7200,1d") == (86400.0, 129600.0, 7200.0)
+    for bad in ("", " , ", "2x", "0d", "-1d"):
+        with pytest.raises(click.BadParameter):
+            parse_limits(bad)
+
+
+def test_setting_labels_and_validation():
+    assert GuardSetting(0.0).label == "none"
+    assert GuardSetting(2 * 86400.0, "policy").label == "2d policy"
+    assert GuardSetting(5400.0).label == "90m age"
+    assert GuardSetting(90.0).label == "90s age"
+    with pytest.raises(ValueError, match="starvation_order"):
+        GuardSetting(60.0, "oldest")
+    with pytest.raises(ValueError, match=">= 0"):
+        GuardSetting(-1.0)
+
+
+def _row(limit, bsld, p99_ok, util_ok, p99=1.0):
+    return {"setting": GuardSetting(limit), "bsld_mean": bsld, "wait_p99": p99,
+            "p99_ok": p99_ok, "util_ok": util_ok}
+
+
+def test_choice_by_hand():
+    rows = [_row(0, 1.0, True, True),  # unguarded: the best, never chosen
+            _row(1, 50.0, True, True), _row(2, 40.0, True, True),
+            _row(3, 10.0, True, False), _row(4, 5.0, False, True)]
+    i, why = choose(rows)
+    assert i == 2 and "within Slurm's bounds" in why
+    rows[1]["util_ok"] = rows[2]["util_ok"] = False  # none keeps both: p99 alone
+    i, why = choose(rows)
+    assert i == 3 and "utilisation lower" in why
+    for r in rows:
+        r["p99_ok"] = False
+    rows[4]["wait_p99"], rows[2]["wait_p99"] = 3.0, 0.5  # none keeps p99: lowest p99
+    i, why = choose(rows)
+    assert i == 2 and "lowest p99 wait" in why
+    assert choose(rows[:1]) is None
+
+
+def _table(n: int, interarrival: float):
+    wc = WorkloadConfig(num_jobs=n, seed=3, mean_interarrival_s=interarrival)
+    spec = default_cluster(wc)
+    cl = Cluster.from_spec(spec)
+    return build_jobs(replay_records(generate(wc), spec), cl), cl
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("ck") / "tiny.pt"
+    save_checkpoint(path, PolicyNet(PolicyConfig(hidden=8)))
+    return path
+
+
+def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
+    jobs, cl = _table(400, interarrival=5.0)  # a queue builds up
+    cfg = EvalConfig(train=0.5, val=0.3, warmup=0.05)
+    settings = [GuardSetting(60.0, "age"), GuardSetting(60.0, "policy")]
+    res = sweep(jobs, cl, tiny_checkpoint, settings, cfg)
+    a, b = time_split(jobs.n, 0.5, 0.3).val
+    assert res.period == (a, b) == (200, 320)
+    assert [r["setting"] for r in res.rows] == [GuardSetting(0.0), *settings]
+    # by hand: evaluate on the jobs before the test period, the validation period as
+    # its "test" (the test period's jobs are never replayed)
+    cut = window(jobs, 0, b, shift=False)
+    for r in res.rows:
+        s = r["setting"]
+        c = EvalConfig(train=0.5, val=0.3, warmup=0.05, baselines=(SLURM,),
+                       starvation_limit=s.limit, starvation_order=s.order)
+        ev = evaluate(cut, cl, {"m": tiny_checkpoint}, c, split=Split(b, a, a))
+        m, sl = ev.metrics["m"], ev.metrics[SLURM]
+        assert m["jobs"] == b - a
+        assert r["bsld_mean"] == pytest.approx(m["bsld"]["mean"])
+        assert r["wait_p99"] == pytest.approx(m["wait_s"]["p99"])
+        assert r["wait_max"] == pytest.approx(m["wait_s"]["max"])
+        assert res.slurm["wait_p99"] == pytest.approx(sl["wait_s"]["p99"])
+        assert r["p99_ok"] == (m["wait_s"]["p99"] <= 1.1 * sl["wait_s"]["p99"])
+        assert r["util_ok"] == (r["util"] >= res.slurm["util"])
+        assert r["bsld_vs_slurm"] == pytest.approx(m["bsld"]["mean"] / sl["bsld"]["mean"])
+    assert res.rows[1]["wait_max"] != res.rows[0]["wait_max"]  # the guard acted
+    assert res.choice is not None and res.choice[0] in (1, 2)
+    d = res.to_dict()
+    assert d["period"] == {"jobs": [200, 320], "kind": "validation"}
+    assert d["choice"]["starvation_limit"] == 60.0 and d["rows"][0]["setting"]["label"] == "none"
+    json.dumps(d)
+    two = sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=2)  # side by side
+    assert two.rows == res.rows and two.slurm == res.slurm and two.choice == res.choice
+    with pytest.raises(ValueError, match="workers"):
+        sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=0)
+    with pytest.raises(ValueError, match="validation period is empty"):
+        sweep(jobs, cl, tiny_checkpoint, settings, EvalConfig(val=0.0))
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (shared traces)")
+def test_tune_guard_command(tmp_path, tiny_checkpoint):
+    out = tmp_path / "g"
+    r = CliRunner().invoke(cli.main, [
+        "tune-guard", str(tiny_checkpoint), "--trace", str(LUBLIN), "--limit", "300",
+        "--limits", "1h,2d", "--orders", "age", "--out", str(out)])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "validation period: jobs 210..239 (30 jobs)" in r.output
+    assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
+    data = json.loads((out / "guard.json").read_text())
+    assert [x["setting"]["label"] for x in data["rows"]] == ["none", "1h age", "2d age"]
+    assert data["input"]["jobs"] == 300 and data["choice"]["row"] in (1, 2)
+    pytest.importorskip("matplotlib")
+    assert (out / "guard.png").stat().st_size > 1000
+    bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
+                                        str(LUBLIN), "--orders", "oldest"])
+    assert bad.exit_code != 0 and "use age and/or policy" in bad.output
+    bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
+                                        str(LUBLIN), "--limits", "soon"])
+    assert bad.exit_code != 0 and "span" in bad.output

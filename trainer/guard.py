@@ -1,0 +1,423 @@
+"""Choose the helper's starvation guard from the site's own history (``rlsched tune-guard``).
+
+The helper puts a job that has waited longer than ``starvation_limit`` above every job
+that has not, in ``starvation_order`` (:mod:`slurm_plugin.helper.decide`). What that
+costs depends on the site: on a cluster that rarely queues for days the guard seldom
+acts; on an overloaded one it can undo most of what the policy gains, and not in
+proportion to the limit. On the Lublin trace with modelled user limits, ``seaf``'s
+order behind the guard (policy order among starving jobs) has mean bounded slowdown
+285 at 2 days, 468 at 3 days and 346 at 6 days, against 28.8 unguarded: each promoted
+whole-machine job holds a reservation while the small jobs pile up behind it, and one
+such episode sets the mean. So one default cannot suit every site, and the limit is
+chosen here on the site's own jobs.
+
+:func:`sweep` replays the **validation period** (the jobs between the training and the
+test period of :func:`trainer.evaluate.time_split`; the test period is never replayed,
+so that ``rlsched evaluate`` still judges the chosen setting on unseen jobs) under the
+model behind each guard setting, the model without a guard (what the guard costs), and
+the Slurm baseline, with :func:`trainer.evaluate.evaluate` (same warm-up, scheduler,
+speed model and user history as evaluation). Each setting is read against Slurm as
+the quality targets read a model (issue 5): mean bounded slowdown, p99 wait (at most
+``p99_slack`` above Slurm's, the bound the guard exists for) and utilisation (not
+lower); the longest wait is shown too.
+
+:func:`choose` picks, among the guarded settings whose p99 wait and utilisation meet
+those bounds, the one with the lowest mean bounded slowdown; if none meets both, the
+lowest mean bounded slowdown among those meeting the p99 bound (utilisation then
+reported as missed); if none meets that either, the lowest p99 wait. The helper
+always runs with a guard (``starvation_limit`` must be positive), so the unguarded run
+is a reference, never a choice. The choice is printed as the two lines of
+``helper.toml`` to set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_plugin.helper.decide import STARVATION_ORDERS, check_starvation_order
+from slurm_plugin.when import parse_span
+
+from .cli import _input_options, _prepare, resolve
+from .evaluate import SLURM, EvalConfig, Split, _util, evaluate, time_split
+from .sim import metrics
+from .sim.slurm import PrioritySettings, SchedulerOptions
+from .sim.state import Cluster, JobTable
+from .sim.stepper import window
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "GuardSetting",
+    "GuardSweep",
+    "choose",
+    "parse_limits",
+    "sweep",
+    "tune_guard",
+]
+
+#: Limits tried by default, seconds (1, 2, 3, 4 and 7 days; the helper's default is 2).
+DEFAULT_LIMITS: tuple[float, ...] = tuple(d * 86400.0 for d in (1, 2, 3, 4, 7))
+
+
+@dataclass(frozen=True)
+class GuardSetting:
+    """One guard: the helper's ``starvation_limit`` (seconds; 0: no guard) and order."""
+
+    limit: float
+    order: str = "age"
+
+    def __post_init__(self) -> None:
+        if not (self.limit >= 0 and math.isfinite(self.limit)):
+            raise ValueError(f"a starvation limit must be >= 0 seconds, not {self.limit}")
+        check_starvation_order(self.order)
+
+    @property
+    def label(self) -> str:
+        """``2d age``, ``36h policy``, ``none``."""
+        if self.limit == 0:
+            return "none"
+        return f"{_span(self.limit)} {self.order}"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_limits(text: str) -> tuple[float, ...]:
+    """``1d,36h,4d`` as seconds, in the order given (each a positive span).
+
+    Raises:
+        click.BadParameter: On an empty list or a span that is not one.
+    """
+    items = [t for t in (s.strip() for s in text.split(",")) if t]
+    if not items:
+        raise click.BadParameter("give at least one limit, e.g. 1d,2d,4d")
+    out = []
+    for t in items:
+        try:
+            out.append(float(t) if t.replace(".", "", 1).isdigit()
+                       else parse_span(t).total_seconds())
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{exc.message} (seconds, or 1d, 36h...)") from None
+        if out[-1] <= 0:
+            raise click.BadParameter(f"{t!r}: a starvation limit must be positive")
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass
+class GuardSweep:
+    """What :func:`sweep` measured.
+
+    Attributes:
+        period: Rows of the replayed (validation) period, ``(first, end)``.
+        slurm: The Slurm baseline's figures (``bsld_mean``, ``wait_p99``, ``wait_max``,
+            ``util``).
+        rows: One per setting, the unguarded reference first: the setting, the same
+            figures, ``p99_ok``, ``util_ok``, ``bsld_vs_slurm`` (ratio).
+        p99_slack: The p99 bound's slack over Slurm's.
+        choice: Index in ``rows`` of the chosen setting (:func:`choose`) and why.
+    """
+
+    period: tuple[int, int]
+    slurm: dict[str, float]
+    rows: list[dict[str, Any]]
+    p99_slack: float
+    choice: tuple[int, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict."""
+        idx, why = self.choice if self.choice is not None else (None, "")
+        return {"period": {"jobs": list(self.period), "kind": "validation"},
+                "slurm": self.slurm, "p99_slack": self.p99_slack,
+                "rows": [{**r, "setting": {"limit": r["setting"].limit,
+                                           "order": r["setting"].order,
+                                           "label": r["setting"].label}}
+                         for r in self.rows],
+                "choice": None if idx is None else {"row": idx, "why": why,
+                                                    **self.toml_values()}}
+
+    def toml_values(self) -> dict[str, Any]:
+        """``starvation_limit`` and ``starvation_order`` of the choice (empty: none)."""
+        if self.choice is None:
+            return {}
+        s: GuardSetting = self.rows[self.choice[0]]["setting"]
+        return {"starvation_limit": s.limit, "starvation_order": s.order}
+
+
+def _figures(m: Mapping[str, Any]) -> dict[str, float]:
+    return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
+            "wait_max": float(m["wait_s"]["max"]), "util": _util(m)}
+
+
+def _replay(table: JobTable, cluster: Cluster, model: str, cfg: EvalConfig,
+            split: Split, options: SchedulerOptions | None,
+            priority: PrioritySettings | None, speed_model: str,
+            seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """One setting's replay: the model's and the Slurm baseline's figures.
+
+    (Each replays the Slurm baseline again, the same run: a fraction of a second beside
+    the model's replay, and it keeps every replay exactly :func:`evaluate`'s.)
+    """
+    res = evaluate(table, cluster, {"model": model}, cfg, options=options, priority=priority,
+                   speed_model=speed_model, seed=seed, split=split)
+    return _figures(res.metrics["model"]), _figures(res.metrics[SLURM])
+
+
+def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
+          settings: Sequence[GuardSetting], config: EvalConfig | None = None, *,
+          options: SchedulerOptions | None = None,
+          priority: PrioritySettings | None = None, speed_model: str = "none",
+          seed: int = 0, workers: int = 1, progress: bool = False) -> GuardSweep:
+    """Replay the validation period under ``model`` behind each setting (module docstring).
+
+    Args:
+        jobs: The whole history, as for :func:`trainer.evaluate.evaluate`.
+        cluster: The cluster.
+        model: Checkpoint or ONNX path.
+        settings: Guard settings to try (the unguarded run is added first if missing).
+        config: Split, warm-up, placement and ``p99_slack`` (its guard fields are
+            replaced by each setting's).
+        options: Scheduler options (Slurm as configured).
+        priority: Priority settings of the Slurm baseline.
+        speed_model: Speed model name.
+        seed: Seed of the replays.
+        workers: Local processes replaying settings side by side (the same figures
+            with any number: each replay is seeded and independent).
+        progress: Show a progress bar.
+
+    Raises:
+        ValueError: On a split that leaves no validation period, ``workers`` < 1, or a
+            model that cannot be loaded.
+    """
+    cfg = config or EvalConfig()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
+    full = time_split(jobs.n, cfg.train, cfg.val)
+    a, b = full.val
+    if b <= a:
+        raise ValueError("the validation period is empty (--val 0): the guard is chosen"
+                         " on it, never on the test period; give --val a share")
+    table = window(jobs, 0, b, shift=False)  # (the test period is not replayed)
+    split = Split(table.n, a, a)
+    todo = list(dict.fromkeys([GuardSetting(0.0), *settings]))
+    base = replace(cfg, baselines=(SLURM,), resamples=0, windows=1,
+                   locality_targets=False)
+    args = [(table, cluster, str(model),
+             replace(base, starvation_limit=s.limit, starvation_order=s.order), split,
+             options, priority, speed_model, seed) for s in todo]
+    figures: list[tuple[dict[str, float], dict[str, float]]] = []
+    bar: Any = (click.progressbar(length=len(todo), label="replaying the validation period",
+                                  file=sys.stderr)
+                if progress else contextlib.nullcontext())
+    with bar:
+        if workers == 1:
+            for x in args:
+                figures.append(_replay(*x))
+                if progress:
+                    bar.update(1)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(workers, len(args)),
+                                     mp_context=ctx) as ex:
+                futures = [ex.submit(_replay, *x) for x in args]
+                for fut in futures:
+                    figures.append(fut.result())
+                    if progress:
+                        bar.update(1)
+    slurm = figures[0][1]
+    rows: list[dict[str, Any]] = []
+    for s, (fig, _) in zip(todo, figures, strict=True):
+        rows.append({"setting": s, **fig,
+                     "p99_ok": fig["wait_p99"] <= (1 + cfg.p99_slack) * slurm["wait_p99"],
+                     "util_ok": fig["util"] >= slurm["util"],
+                     "bsld_vs_slurm": (fig["bsld_mean"] / slurm["bsld_mean"]
+                                       if slurm["bsld_mean"] > 0 else float("nan"))})
+    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack)
+    out.choice = choose(out.rows)
+    return out
+
+
+def choose(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
+    """The row to deploy and why (module docstring); ``None`` without a guarded row."""
+    guarded = [i for i, r in enumerate(rows) if r["setting"].limit > 0]
+    if not guarded:
+        return None
+
+    def lowest(idx: Sequence[int], key: str) -> int:
+        return min(idx, key=lambda i: (rows[i][key], i))
+
+    both = [i for i in guarded if rows[i]["p99_ok"] and rows[i]["util_ok"]]
+    if both:
+        return lowest(both, "bsld_mean"), ("the lowest mean bounded slowdown among the"
+                                           " settings that keep the p99 wait and the"
+                                           " utilisation within Slurm's bounds")
+    p99 = [i for i in guarded if rows[i]["p99_ok"]]
+    if p99:
+        return lowest(p99, "bsld_mean"), ("no setting keeps both the p99 wait and the"
+                                          " utilisation within Slurm's bounds: the lowest"
+                                          " mean bounded slowdown among those that keep"
+                                          " the p99 wait (utilisation lower than Slurm's)")
+    return lowest(guarded, "wait_p99"), ("no setting keeps the p99 wait within its bound:"
+                                         " the lowest p99 wait (try shorter limits, or"
+                                         " the 'age' order)")
+
+
+def _days(s: float) -> str:
+    return f"{s / 86400:.2f} d"
+
+
+def print_sweep(res: GuardSweep) -> None:
+    """The table, the choice and the ``helper.toml`` lines."""
+    from slurm_plugin.output import table
+
+    sl = res.slurm
+    heads = ("guard", "bsld mean", "vs slurm", "p99 wait", "max wait", "util", "p99",
+             "util ok")
+    body = [("slurm", f"{sl['bsld_mean']:,.1f}", "", _days(sl["wait_p99"]),
+             _days(sl["wait_max"]), f"{sl['util']:.3f}", "", "")]
+    for i, r in enumerate(res.rows):
+        mark = " *" if res.choice is not None and res.choice[0] == i else ""
+        body.append((r["setting"].label + mark, f"{r['bsld_mean']:,.1f}",
+                     f"{r['bsld_vs_slurm'] - 1:+.1%}", _days(r["wait_p99"]),
+                     _days(r["wait_max"]), f"{r['util']:.3f}",
+                     "ok" if r["p99_ok"] else "over", "ok" if r["util_ok"] else "lower"))
+    a, b = res.period
+    click.echo(f"validation period: jobs {a}..{b - 1} ({b - a} jobs); p99 bound: Slurm's"
+               f" p99 wait + {res.p99_slack:.0%}")
+    table(heads, body)
+    if res.choice is None:
+        click.echo("no guarded setting was tried: give --limits")
+        return
+    v = res.toml_values()
+    click.echo(f"chosen (*): {res.choice[1]}. In /etc/rlsched/helper.toml:")
+    click.echo(f"  starvation_limit = {v['starvation_limit']:.1f}")
+    click.echo(f"  starvation_order = \"{v['starvation_order']}\"")
+    click.echo("then judge it on the test period: rlsched evaluate MODEL"
+               f" --starvation-limit {v['starvation_limit']:g}"
+               f" --starvation-order {v['starvation_order']} (same input options)")
+
+
+def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
+    """Mean bounded slowdown against p99 wait, one point per setting (``None``: no matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    sl = res.slurm
+    ax.scatter([sl["wait_p99"] / 86400], [sl["bsld_mean"]], marker="s", color="black",
+               label="slurm", zorder=3)
+    ax.axvline((1 + res.p99_slack) * sl["wait_p99"] / 86400, color="grey", ls="--", lw=1,
+               label=f"p99 bound (slurm +{res.p99_slack:.0%})")
+    for order, colour in (("age", "tab:blue"), ("policy", "tab:orange"), ("", "tab:red")):
+        pts = [r for r in res.rows if (r["setting"].order if r["setting"].limit else "")
+               == order]
+        if not pts:
+            continue
+        ax.scatter([r["wait_p99"] / 86400 for r in pts], [r["bsld_mean"] for r in pts],
+                   color=colour, label=f"guard, {order} order" if order else "no guard",
+                   zorder=3)
+        for r in pts:
+            ax.annotate(_span(r["setting"].limit) if r["setting"].limit else "none",
+                        (r["wait_p99"] / 86400, r["bsld_mean"]), fontsize=8,
+                        xytext=(4, 3), textcoords="offset points")
+    if res.choice is not None:
+        r = res.rows[res.choice[0]]
+        ax.scatter([r["wait_p99"] / 86400], [r["bsld_mean"]], s=180, facecolors="none",
+                   edgecolors="green", lw=2, label="chosen", zorder=4)
+    ax.set_yscale("log")
+    ax.set_xlabel("p99 wait (days)")
+    ax.set_ylabel("mean bounded slowdown (log)")
+    ax.set_title("starvation guard on the validation period")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@click.command("tune-guard")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--limits", default="1d,2d,3d,4d,7d", show_default=True,
+              help="Starvation limits to try, comma-separated (seconds, or 1d, 36h...).")
+@click.option("--orders", default="age,policy", show_default=True,
+              help="Starvation orders to try, comma-separated: age, policy.")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+              help="Local processes replaying settings side by side (same figures).")
+@click.option("--p99-slack", type=click.FloatRange(0), default=0.10, show_default=True,
+              help="How far above Slurm's p99 wait a setting may go.")
+@click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
+                                                              max_open=True),
+              help="Share of the jobs (first by arrival) that trained (default 0.7).")
+@click.option("--val", "val_share", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Share after them, the validation period replayed (default 0.1).")
+@click.option("--warmup", type=click.FloatRange(0, 1),
+              help="Share of the jobs before the test period replayed first, just before"
+                   " the validation period, not counted (default 0.1).")
+@_input_options
+def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: float,
+               train_share: float | None, val_share: float | None, warmup: float | None,
+               json_: bool | None, **kwargs: Any) -> None:
+    """Choose the helper's starvation guard on your own history.
+
+    Replays the validation period (the jobs between the training and the test
+    period, as 'rlsched evaluate' splits them; the test period is never replayed)
+    under MODEL (checkpoint or ONNX) behind each --limits x --orders guard, without a
+    guard, and under the Slurm baseline. Prints mean bounded slowdown, p99 and longest
+    wait and utilisation per setting, picks the lowest mean bounded slowdown among
+    the settings whose p99 wait stays within --p99-slack of Slurm's and whose
+    utilisation is not lower, and prints the helper.toml lines to set. With --out,
+    writes guard.json and guard.png.
+    """
+    lim = parse_limits(limits)
+    ords = [o.strip() for o in orders.split(",") if o.strip()]
+    bad = [o for o in ords if o not in STARVATION_ORDERS]
+    if not ords or bad:
+        raise click.BadParameter(f"{', '.join(bad) or 'none given'}: use age and/or policy",
+                                 param_hint="--orders")
+    sim = resolve(json=json_, **kwargs)
+    over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup}
+    try:
+        cfg = EvalConfig(p99_slack=p99_slack, **{k: v for k, v in over.items()
+                                                 if v is not None})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    prep = _prepare(sim)
+    settings = [GuardSetting(x, o) for x in lim for o in ords]
+    try:
+        res = sweep(prep.jobs, prep.cluster, model, settings, cfg, options=prep.options,
+                    priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
+                    workers=workers, progress=not sim.json)
+    except (ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    data = res.to_dict()
+    if sim.out:
+        d = Path(sim.out)
+        d.mkdir(parents=True, exist_ok=True)
+        png = plot_sweep(res, d / "guard.png")
+        data["files"] = {"guard": str(d / "guard.json"), **({"plot": str(png)} if png else {})}
+        data["input"] = {"source": prep.source, "jobs": prep.jobs.n, "model": model}
+        metrics.write_json(data, d / "guard.json")
+        click.echo(f"wrote {d / 'guard.json'}" + (f" and {png.name}" if png else ""), err=True)
+    if sim.json:
+        from slurm_plugin.output import emit_json
+
+        emit_json(data)
+        return
+    print_sweep(res)
