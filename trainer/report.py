@@ -55,6 +55,9 @@ TRAINING_PLOTS: tuple[tuple[tuple[str, ...], str], ...] = (
 
 #: Where the imitation report may be.
 IMITATION_REPORTS = ("imitation/report.json", "imitation.json")
+#: Where ``rlsched tune-guard --out`` may have written its ``guard.json`` (and
+#: ``guard.png`` beside it), in the run directory.
+GUARD_FILES = ("guard/guard.json", "guard.json", "eval/guard.json")
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
@@ -251,6 +254,44 @@ def _windows(ev: Mapping[str, Any]) -> str:
             " ratio's 95% block-bootstrap interval for the same reason.</p>"
             f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}'
             "</tbody></table></div>")
+
+
+def _days(s: Any) -> str:
+    return f"{float(s) / 86400:.2f} d"
+
+
+def _guard(run: Path) -> str:
+    """The starvation guard chosen on the validation period (``rlsched tune-guard``)."""
+    path = next((run / p for p in GUARD_FILES if (run / p).is_file()), None)
+    g = _load_json(path) if path is not None else None
+    if not isinstance(g, dict) or not g.get("rows"):
+        return ""
+    sl, choice = g["slurm"], g.get("choice") or {}
+    head = "".join(f"<th>{esc(c)}</th>" for c in ["guard", "mean bsld", "vs slurm",
+                                                   "p99 wait", "max wait", "util"])
+    body = [f"<tr><td>slurm</td><td>{_num(sl['bsld_mean'])}</td><td></td>"
+            f"<td>{_days(sl['wait_p99'])}</td><td>{_days(sl['wait_max'])}</td>"
+            f"<td>{_num(sl['util'])}</td></tr>"]
+    for i, r in enumerate(g["rows"]):
+        label = esc(r["setting"]["label"]) + (" (chosen)" if choice.get("row") == i else "")
+        p99, util = ("" if r[k] else " class='worse'" for k in ("p99_ok", "util_ok"))
+        body.append(
+            f"<tr><td>{label}</td><td>{_num(r['bsld_mean'])}</td>"
+            f"<td>{_pct(r['bsld_vs_slurm'] - 1)}</td><td{p99}>{_days(r['wait_p99'])}</td>"
+            f"<td>{_days(r['wait_max'])}</td><td{util}>{_num(r['util'])}</td></tr>")
+    a, b = g["period"]["jobs"]
+    why = (f" Chosen: starvation_limit = {choice['starvation_limit']:g} s, starvation_order"
+           f" = {choice['starvation_order']}, {choice['why']}." if choice else "")
+    return ("<h2>Starvation guard, chosen on the validation period</h2>"
+            f"<p class='note'>rlsched tune-guard replayed jobs {a} to {b - 1} (the validation"
+            " period; never the test period) under the model behind each guard setting,"
+            " without a guard and under Slurm. Marked: a p99 wait more than"
+            f" {_pct(g['p99_slack'])} above Slurm's, or a utilisation below Slurm's.{esc(why)}"
+            "</p>"
+            f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
+            "</tbody></table></div>"
+            + _figure(path.parent / "guard.png", "Mean bounded slowdown against p99 wait, one"
+                      " point per guard setting, on the validation period."))
 
 
 def _cards(ev: Mapping[str, Any], run_info: Any) -> str:
@@ -456,6 +497,7 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
         _targets(ev.get("targets")),
         _pairs(ev),
         _windows(ev),
+        _guard(run),
         "<h2>Waits, utilisation and fragmentation</h2>",
         plots or "<p class='note'>No plots in this run directory (matplotlib was not"
                  " installed when it ran).</p>",

@@ -61,8 +61,29 @@ def run_dir(tmp_path_factory):
     if pngs:  # a training plot, as the demo's rl stage writes one
         (run / "rl").mkdir()
         shutil.copy(pngs[0], run / "rl" / "curves.png")
+    _guard_json(run, pngs[0] if pngs else None)
     build_report(run)
     return run
+
+
+def _guard_json(run, png):
+    """A tune-guard result as ``rlsched tune-guard --out run/guard`` writes it."""
+    from trainer.guard import GuardSetting, GuardSweep, choose
+
+    day = 86400.0
+    rows = [{"setting": GuardSetting(0.0), "bsld_mean": 5.0, "wait_p99": 2 * day,
+             "wait_max": 9 * day, "util": 0.8, "p99_ok": False, "util_ok": False,
+             "bsld_vs_slurm": 0.25},
+            {"setting": GuardSetting(2 * day, "policy"), "bsld_mean": 10.0,
+             "wait_p99": day, "wait_max": 4 * day, "util": 0.9, "p99_ok": True,
+             "util_ok": True, "bsld_vs_slurm": 0.5}]
+    g = GuardSweep((100, 150), {"bsld_mean": 20.0, "wait_p99": 1.5 * day,
+                                "wait_max": 3 * day, "util": 0.85}, rows, 0.1)
+    g.choice = choose(rows)
+    (run / "guard").mkdir()
+    (run / "guard" / "guard.json").write_text(json.dumps(g.to_dict()))
+    if png is not None:
+        shutil.copy(png, run / "guard" / "guard.png")
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -79,7 +100,8 @@ def test_report_is_self_contained(run_dir):
         assert attr.startswith("data:image/png;base64,"), attr[:60]
     assert not re.search(r"url\(", page)
     imgs = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    n_png = len(list((run_dir / "eval").glob("*.png"))) + (run_dir / "rl" / "curves.png").exists()
+    n_png = (len(list((run_dir / "eval").glob("*.png"))) + (run_dir / "rl" / "curves.png").exists()
+             + (run_dir / "guard" / "guard.png").exists())
     assert len(imgs) == n_png
     for b64 in imgs:
         w, h = _png_size(base64.b64decode(b64))
@@ -104,6 +126,11 @@ def test_report_content(run_dir):
     assert "imitation + ppo" in page and "ab" * 32 in page  # the model card
     assert "50.0%" in page  # imitation top-1 of the net
     assert "reinforcement learning" in page and "12.5 s" in page
+    # the guard chosen on the validation period (rlsched tune-guard --out run/guard)
+    assert "Starvation guard, chosen on the validation period" in page
+    assert "jobs 100 to 149" in page and "2d policy (chosen)" in page
+    assert "<td class='worse'>2.00 d</td>" in page  # the unguarded p99 over the bound
+    assert "<td>1.00 d</td>" in page and "starvation_limit = 172800 s" in page
 
 
 def test_report_command_and_missing_eval(run_dir, tmp_path):
