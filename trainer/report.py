@@ -263,7 +263,9 @@ def _days(s: Any) -> str:
 def _guard(run: Path) -> str:
     """The starvation guard chosen on the validation period (``rlsched tune-guard``)."""
     path = next((run / p for p in GUARD_FILES if (run / p).is_file()), None)
-    g = _load_json(path) if path is not None else None
+    if path is None:
+        return ""
+    g = _load_json(path)
     if not isinstance(g, dict) or not g.get("rows"):
         return ""
     sl, choice = g["slurm"], g.get("choice") or {}
