@@ -165,15 +165,20 @@ def _figures(m: Mapping[str, Any]) -> dict[str, float]:
 def _replay(table: JobTable, cluster: Cluster, model: str, cfg: EvalConfig,
             split: Split, options: SchedulerOptions | None,
             priority: PrioritySettings | None, speed_model: str,
-            seed: int) -> tuple[dict[str, float], dict[str, float]]:
-    """One setting's replay: the model's and the Slurm baseline's figures.
+            seed: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """One setting's replay: the model's figures and checks, and the Slurm baseline's.
 
-    (Each replays the Slurm baseline again, the same run: a fraction of a second beside
-    the model's replay, and it keeps every replay exactly :func:`evaluate`'s.)
+    The model's ``p99_ok`` and ``util_ok`` are :func:`trainer.evaluate.check_targets`'
+    own p99 wait and utilisation checks. (Each replays the Slurm baseline again, the
+    same run: a fraction of a second beside the model's replay, and it keeps every
+    replay exactly :func:`evaluate`'s.)
     """
     res = evaluate(table, cluster, {"model": model}, cfg, options=options, priority=priority,
                    speed_model=speed_model, seed=seed, split=split)
-    return _figures(res.metrics["model"]), _figures(res.metrics[SLURM])
+    assert res.targets is not None
+    ok = {c["name"]: bool(c["ok"]) for c in res.targets["checks"]}
+    return ({**_figures(res.metrics["model"]), "p99_ok": ok["p99_wait"],
+             "util_ok": ok["utilisation"]}, _figures(res.metrics[SLURM]))
 
 
 def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
@@ -218,7 +223,7 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
     args = [(table, cluster, str(model),
              replace(base, starvation_limit=s.limit, starvation_order=s.order), split,
              options, priority, speed_model, seed) for s in todo]
-    figures: list[tuple[dict[str, float], dict[str, float]]] = []
+    figures: list[tuple[dict[str, Any], dict[str, float]]] = []
     bar: Any = (click.progressbar(length=len(todo), label="replaying the validation period",
                                   file=sys.stderr)
                 if progress else contextlib.nullcontext())
@@ -241,8 +246,6 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
     rows: list[dict[str, Any]] = []
     for s, (fig, _) in zip(todo, figures, strict=True):
         rows.append({"setting": s, **fig,
-                     "p99_ok": fig["wait_p99"] <= (1 + cfg.p99_slack) * slurm["wait_p99"],
-                     "util_ok": fig["util"] >= slurm["util"],
                      "bsld_vs_slurm": (fig["bsld_mean"] / slurm["bsld_mean"]
                                        if slurm["bsld_mean"] > 0 else float("nan"))})
     out = GuardSweep((a, b), slurm, rows, cfg.p99_slack)
