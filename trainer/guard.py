@@ -19,12 +19,13 @@ the Slurm baseline, with :func:`trainer.evaluate.evaluate` (same warm-up, schedu
 speed model and user history as evaluation). Each setting is read against Slurm as
 the quality targets read a model (issue 5): mean bounded slowdown, p99 wait (at most
 ``p99_slack`` above Slurm's, the bound the guard exists for) and utilisation (not
-lower); the longest wait is shown too.
+lower); the longest wait is shown too, and bounded as well with ``max_wait_slack``
+(a share above Slurm's longest wait).
 
-:func:`choose` picks, among the guarded settings whose p99 wait and utilisation meet
-those bounds, the one with the lowest mean bounded slowdown; if none meets both, the
-lowest mean bounded slowdown among those meeting the p99 bound (utilisation then
-reported as missed); if none meets that either, the lowest p99 wait. The helper
+:func:`choose` picks, among the guarded settings that keep every bound (p99 wait,
+longest wait if bounded, utilisation), the one with the lowest mean bounded slowdown;
+if none keeps them all, it drops bounds from the least important (utilisation first)
+and says which; if none keeps even the p99 bound, the lowest p99 wait. The helper
 always runs with a guard (``starvation_limit`` must be positive), so the unguarded run
 is a reference, never a choice. The choice is printed as the two lines of
 ``helper.toml`` to set.
@@ -128,6 +129,8 @@ class GuardSweep:
         rows: One per setting, the unguarded reference first: the setting, the same
             figures, ``p99_ok``, ``util_ok``, ``bsld_vs_slurm`` (ratio).
         p99_slack: The p99 bound's slack over Slurm's.
+        max_wait_slack: The longest wait's bound's slack over Slurm's (``None``: not
+            bounded; the rows then carry no ``max_ok``).
         choice: Index in ``rows`` of the chosen setting (:func:`choose`) and why.
     """
 
@@ -135,6 +138,7 @@ class GuardSweep:
     slurm: dict[str, float]
     rows: list[dict[str, Any]]
     p99_slack: float
+    max_wait_slack: float | None = None
     choice: tuple[int, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +146,7 @@ class GuardSweep:
         idx, why = self.choice if self.choice is not None else (None, "")
         return {"period": {"jobs": list(self.period), "kind": "validation"},
                 "slurm": self.slurm, "p99_slack": self.p99_slack,
+                "max_wait_slack": self.max_wait_slack,
                 "rows": [{**r, "setting": {"limit": r["setting"].limit,
                                            "order": r["setting"].order,
                                            "label": r["setting"].label}}
@@ -185,7 +190,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
           settings: Sequence[GuardSetting], config: EvalConfig | None = None, *,
           options: SchedulerOptions | None = None,
           priority: PrioritySettings | None = None, speed_model: str = "none",
-          seed: int = 0, workers: int = 1, progress: bool = False) -> GuardSweep:
+          seed: int = 0, workers: int = 1, max_wait_slack: float | None = None,
+          progress: bool = False) -> GuardSweep:
     """Replay the validation period under ``model`` behind each setting (module docstring).
 
     Args:
@@ -201,6 +207,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
         seed: Seed of the replays.
         workers: Local processes replaying settings side by side (the same figures
             with any number: each replay is seeded and independent).
+        max_wait_slack: Also bound the longest wait, this share above Slurm's
+            (``max_ok``; ``None``: not bounded).
         progress: Show a progress bar.
 
     Raises:
@@ -210,6 +218,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
     cfg = config or EvalConfig()
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
+    if max_wait_slack is not None and not max_wait_slack >= 0:
+        raise ValueError(f"max_wait_slack must be >= 0, not {max_wait_slack}")
     full = time_split(jobs.n, cfg.train, cfg.val)
     a, b = full.val
     if b <= a:
@@ -248,34 +258,49 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
         rows.append({"setting": s, **fig,
                      "bsld_vs_slurm": (fig["bsld_mean"] / slurm["bsld_mean"]
                                        if slurm["bsld_mean"] > 0 else float("nan"))})
-    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack)
+        if max_wait_slack is not None:
+            rows[-1]["max_ok"] = fig["wait_max"] <= (1 + max_wait_slack) * slurm["wait_max"]
+    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack, max_wait_slack)
     out.choice = choose(out.rows)
     return out
 
 
+#: The bounds :func:`choose` keeps, most important first: (row key, what it bounds).
+#: ``max_ok`` is in a row only when a bound on the longest wait was asked for.
+BOUNDS: tuple[tuple[str, str], ...] = (("p99_ok", "the p99 wait"),
+                                       ("max_ok", "the longest wait"),
+                                       ("util_ok", "the utilisation"))
+
+
+def _names(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def choose(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
-    """The row to deploy and why (module docstring); ``None`` without a guarded row."""
+    """The row to deploy and why (module docstring); ``None`` without a guarded row.
+
+    The lowest mean bounded slowdown among the guarded settings that keep every bound of
+    :data:`BOUNDS` the rows carry; failing that, the most important bounds that some
+    setting keeps (dropping from the end); failing even the p99 wait, the lowest p99 wait.
+    """
     guarded = [i for i, r in enumerate(rows) if r["setting"].limit > 0]
     if not guarded:
         return None
-
-    def lowest(idx: Sequence[int], key: str) -> int:
-        return min(idx, key=lambda i: (rows[i][key], i))
-
-    both = [i for i in guarded if rows[i]["p99_ok"] and rows[i]["util_ok"]]
-    if both:
-        return lowest(both, "bsld_mean"), ("the lowest mean bounded slowdown among the"
-                                           " settings that keep the p99 wait and the"
-                                           " utilisation within Slurm's bounds")
-    p99 = [i for i in guarded if rows[i]["p99_ok"]]
-    if p99:
-        return lowest(p99, "bsld_mean"), ("no setting keeps both the p99 wait and the"
-                                          " utilisation within Slurm's bounds: the lowest"
-                                          " mean bounded slowdown among those that keep"
-                                          " the p99 wait (utilisation lower than Slurm's)")
-    return lowest(guarded, "wait_p99"), ("no setting keeps the p99 wait within its bound:"
-                                         " the lowest p99 wait (try shorter limits, or"
-                                         " the 'age' order)")
+    bounds = [(k, name) for k, name in BOUNDS if all(k in rows[i] for i in guarded)]
+    for n in range(len(bounds), 0, -1):
+        ok = [i for i in guarded if all(rows[i][k] for k, _ in bounds[:n])]
+        if ok:
+            best = min(ok, key=lambda i: (rows[i]["bsld_mean"], i))
+            kept = _names([name for _, name in bounds[:n]])
+            if n == len(bounds):
+                return best, ("the lowest mean bounded slowdown among the settings that"
+                              f" keep {kept} within Slurm's bounds")
+            missed = _names([name for _, name in bounds[n:]])
+            return best, (f"no setting also keeps {missed} within Slurm's bounds: the"
+                          f" lowest mean bounded slowdown among those that keep {kept}")
+    return (min(guarded, key=lambda i: (rows[i]["wait_p99"], i)),
+            "no setting keeps the p99 wait within its bound: the lowest p99 wait (try"
+            " shorter limits, or the 'age' order)")
 
 
 def _days(s: float) -> str:
@@ -287,19 +312,25 @@ def print_sweep(res: GuardSweep) -> None:
     from slurm_plugin.output import table
 
     sl = res.slurm
-    heads = ("guard", "bsld mean", "vs slurm", "p99 wait", "max wait", "util", "p99",
-             "util ok")
-    body = [("slurm", f"{sl['bsld_mean']:,.1f}", "", _days(sl["wait_p99"]),
-             _days(sl["wait_max"]), f"{sl['util']:.3f}", "", "")]
+    bound_max = res.max_wait_slack is not None
+    heads = ["guard", "bsld mean", "vs slurm", "p99 wait", "max wait", "util", "p99",
+             *(["max"] if bound_max else []), "util ok"]
+    body = [["slurm", f"{sl['bsld_mean']:,.1f}", "", _days(sl["wait_p99"]),
+             _days(sl["wait_max"]), f"{sl['util']:.3f}", "", *([""] if bound_max else []),
+             ""]]
     for i, r in enumerate(res.rows):
         mark = " *" if res.choice is not None and res.choice[0] == i else ""
-        body.append((r["setting"].label + mark, f"{r['bsld_mean']:,.1f}",
+        body.append([r["setting"].label + mark, f"{r['bsld_mean']:,.1f}",
                      f"{r['bsld_vs_slurm'] - 1:+.1%}", _days(r["wait_p99"]),
                      _days(r["wait_max"]), f"{r['util']:.3f}",
-                     "ok" if r["p99_ok"] else "over", "ok" if r["util_ok"] else "lower"))
+                     "ok" if r["p99_ok"] else "over",
+                     *(["ok" if r["max_ok"] else "over"] if bound_max else []),
+                     "ok" if r["util_ok"] else "lower"])
     a, b = res.period
+    bound = (f"; longest-wait bound: Slurm's + {res.max_wait_slack:.0%}" if bound_max
+             else "")
     click.echo(f"validation period: jobs {a}..{b - 1} ({b - a} jobs); p99 bound: Slurm's"
-               f" p99 wait + {res.p99_slack:.0%}")
+               f" p99 wait + {res.p99_slack:.0%}{bound}")
     table(heads, body)
     if res.choice is None:
         click.echo("no guarded setting was tried: give --limits")
@@ -365,6 +396,9 @@ def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
               help="Local processes replaying settings side by side (same figures).")
 @click.option("--p99-slack", type=click.FloatRange(0), default=0.10, show_default=True,
               help="How far above Slurm's p99 wait a setting may go.")
+@click.option("--max-wait-slack", type=click.FloatRange(0),
+              help="Also keep the longest wait within this share above Slurm's (e.g."
+                   " 0.5; default: not bounded).")
 @click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
                                                               max_open=True),
               help="Share of the jobs (first by arrival) that trained (default 0.7).")
@@ -375,8 +409,9 @@ def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
                    " the validation period, not counted (default 0.1).")
 @_input_options
 def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: float,
-               train_share: float | None, val_share: float | None, warmup: float | None,
-               json_: bool | None, **kwargs: Any) -> None:
+               max_wait_slack: float | None, train_share: float | None,
+               val_share: float | None, warmup: float | None, json_: bool | None,
+               **kwargs: Any) -> None:
     """Choose the helper's starvation guard on your own history.
 
     Replays the validation period (the jobs between the training and the test
@@ -384,9 +419,9 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     under MODEL (checkpoint or ONNX) behind each --limits x --orders guard, without a
     guard, and under the Slurm baseline. Prints mean bounded slowdown, p99 and longest
     wait and utilisation per setting, picks the lowest mean bounded slowdown among
-    the settings whose p99 wait stays within --p99-slack of Slurm's and whose
-    utilisation is not lower, and prints the helper.toml lines to set. With --out,
-    writes guard.json and guard.png.
+    the settings whose p99 wait stays within --p99-slack of Slurm's (and the longest
+    wait within --max-wait-slack, if given) and whose utilisation is not lower, and
+    prints the helper.toml lines to set. With --out, writes guard.json and guard.png.
     """
     lim = parse_limits(limits)
     ords = [o.strip() for o in orders.split(",") if o.strip()]
@@ -406,7 +441,8 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     try:
         res = sweep(prep.jobs, prep.cluster, model, settings, cfg, options=prep.options,
                     priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
-                    workers=workers, progress=not sim.json)
+                    workers=workers, max_wait_slack=max_wait_slack,
+                    progress=not sim.json)
     except (ValueError, KeyError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     data = res.to_dict()

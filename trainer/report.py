@@ -276,11 +276,12 @@ def _guard(run: Path) -> str:
             f"<td>{_num(sl['util'])}</td></tr>"]
     for i, r in enumerate(g["rows"]):
         label = esc(r["setting"]["label"]) + (" (chosen)" if choice.get("row") == i else "")
-        p99, util = ("" if r[k] else " class='worse'" for k in ("p99_ok", "util_ok"))
+        p99, mx, util = ("" if r.get(k, True) else " class='worse'"
+                         for k in ("p99_ok", "max_ok", "util_ok"))
         body.append(
             f"<tr><td>{label}</td><td>{_num(r['bsld_mean'])}</td>"
             f"<td>{_pct(r['bsld_vs_slurm'] - 1)}</td><td{p99}>{_days(r['wait_p99'])}</td>"
-            f"<td>{_days(r['wait_max'])}</td><td{util}>{_num(r['util'])}</td></tr>")
+            f"<td{mx}>{_days(r['wait_max'])}</td><td{util}>{_num(r['util'])}</td></tr>")
     a, b = g["period"]["jobs"]
     why = (f" Chosen: starvation_limit = {choice['starvation_limit']:g} s, starvation_order"
            f" = {choice['starvation_order']}, {choice['why']}." if choice else "")
@@ -288,7 +289,8 @@ def _guard(run: Path) -> str:
             f"<p class='note'>rlsched tune-guard replayed jobs {a} to {b - 1} (the validation"
             " period; never the test period) under the model behind each guard setting,"
             " without a guard and under Slurm. Marked: a p99 wait more than"
-            f" {_pct(g['p99_slack'])} above Slurm's, or a utilisation below Slurm's.{esc(why)}"
+            f" {_pct(g['p99_slack'])} above Slurm's, a longest wait over its bound (when"
+            f" one was given), or a utilisation below Slurm's.{esc(why)}"
             "</p>"
             f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
             "</tbody></table></div>"

@@ -50,10 +50,22 @@ def test_choice_by_hand():
             _row(1, 50.0, True, True), _row(2, 40.0, True, True),
             _row(3, 10.0, True, False), _row(4, 5.0, False, True)]
     i, why = choose(rows)
-    assert i == 2 and "within Slurm's bounds" in why
-    rows[1]["util_ok"] = rows[2]["util_ok"] = False  # none keeps both: p99 alone
+    assert i == 2 and why.endswith("keep the p99 wait and the utilisation within"
+                                   " Slurm's bounds")
+    for r, ok in zip(rows, (True, True, False, True, True), strict=True):
+        r["max_ok"] = ok  # a bound on the longest wait too: it outranks utilisation
     i, why = choose(rows)
-    assert i == 3 and "utilisation lower" in why
+    assert i == 1 and "the p99 wait, the longest wait and the utilisation" in why
+    rows[1]["util_ok"] = False  # none keeps all three: p99 and longest wait
+    i, why = choose(rows)
+    assert i == 3 and why == ("no setting also keeps the utilisation within Slurm's"
+                              " bounds: the lowest mean bounded slowdown among those"
+                              " that keep the p99 wait and the longest wait")
+    for r in rows:
+        del r["max_ok"]
+    rows[2]["util_ok"] = False  # none keeps both: p99 alone
+    i, why = choose(rows)
+    assert i == 3 and "also keeps the utilisation" in why
     for r in rows:
         r["p99_ok"] = False
     rows[4]["wait_p99"], rows[2]["wait_p99"] = 3.0, 0.5  # none keeps p99: lowest p99
@@ -111,8 +123,12 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
     assert d["period"] == {"jobs": [200, 320], "kind": "validation"}
     assert d["choice"]["starvation_limit"] == 60.0 and d["rows"][0]["setting"]["label"] == "none"
     json.dumps(d)
-    two = sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=2)  # side by side
-    assert two.rows == res.rows and two.slurm == res.slurm and two.choice == res.choice
+    assert all("max_ok" not in r for r in res.rows)  # the longest wait: not bounded
+    two = sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=2,  # side by side
+                max_wait_slack=0.5)
+    assert two.slurm == res.slurm and two.max_wait_slack == 0.5
+    for r, t in zip(res.rows, two.rows, strict=True):
+        assert t == {**r, "max_ok": t["wait_max"] <= 1.5 * res.slurm["wait_max"]}
     with pytest.raises(ValueError, match="workers"):
         sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=0)
     with pytest.raises(ValueError, match="validation period is empty"):
@@ -124,13 +140,16 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     out = tmp_path / "g"
     r = CliRunner().invoke(cli.main, [
         "tune-guard", str(tiny_checkpoint), "--trace", str(LUBLIN), "--limit", "300",
-        "--limits", "1h,2d", "--orders", "age", "--out", str(out)])
+        "--limits", "1h,2d", "--orders", "age", "--max-wait-slack", "0.5",
+        "--out", str(out)])
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "validation period: jobs 210..239 (30 jobs)" in r.output
+    assert "longest-wait bound: Slurm's + 50%" in r.output
     assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
     data = json.loads((out / "guard.json").read_text())
     assert [x["setting"]["label"] for x in data["rows"]] == ["none", "1h age", "2d age"]
     assert data["input"]["jobs"] == 300 and data["choice"]["row"] in (1, 2)
+    assert data["max_wait_slack"] == 0.5 and "max_ok" in data["rows"][1]
     pytest.importorskip("matplotlib")
     assert (out / "guard.png").stat().st_size > 1000
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
