@@ -30,11 +30,17 @@ wall time):
    as its "test"). The test period is still never looked at.
 8. ``export``: :func:`exporter.onnx_export.export` of that checkpoint (parity with
    torch on simulator observations) and ``rlsched verify`` on the result.
-9. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
-   (``policy``) and the imitation checkpoint (``imitation``) against every baseline on
-   the test period (the last 20% of the jobs, never seen in training), with the
-   quality targets; the headline table goes into the model card.
-10. ``report``: :func:`trainer.report.build_report`: ``report.html``.
+9. ``guard``: the helper's starvation guard for that model, chosen on the validation
+   period as ``rlsched tune-guard`` chooses it (:func:`trainer.guard.sweep`: each limit
+   of :data:`trainer.guard.DEFAULT_LIMITS` in both orders, the lowest mean bounded
+   slowdown within Slurm's p99-wait and utilisation bounds); printed as the
+   ``helper.toml`` lines to set.
+10. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
+   (``policy``, behind the chosen guard, as it would be deployed) and the imitation
+   checkpoint (``imitation``, behind the same guard) against every baseline on the
+   test period (the last 20% of the jobs, never seen in training), with the quality
+   targets; the headline table goes into the model card.
+11. ``report``: :func:`trainer.report.build_report`: ``report.html``.
 
 Run directory (``--out``, default ``./rlsched-demo``)::
 
@@ -49,6 +55,7 @@ Run directory (``--out``, default ``./rlsched-demo``)::
     imitation/imitation.pt   imitation checkpoint; report.json, curves.png
     rl/                      best.pt (exported), last.pt, state.pt, curves.json/.png
     model.onnx               the compiled policy, with model.onnx.card.json and verify.txt
+    guard/                   guard.json, guard.png: the starvation guard chosen
     eval/                    eval.json, wait_cdf.png, utilisation.png, fragmentation.png
     report.html              the self-contained report (rlsched report RUN_DIR rebuilds it)
 
@@ -83,7 +90,8 @@ NEEDS = ("torch", "gymnasium", "matplotlib", "tqdm", "onnx", "onnxruntime")
 
 #: What the demo writes in its run directory (removed first by ``--force``).
 ARTIFACTS = ("config.json", "run.json", "history", "store.db", "imitation", "rl",
-             "model.onnx", "model.onnx.card.json", "verify.txt", "eval", "report.html")
+             "model.onnx", "model.onnx.card.json", "verify.txt", "guard", "eval",
+             "report.html")
 
 
 # ---------------------------------------------------------------------------- config
@@ -590,12 +598,41 @@ class Demo:
         self.summary["model"] = {"path": str(path), "sha256": res.card["sha256"],
                                  "parity": res.parity.message()}
 
+    def guard(self) -> None:
+        """Choose the helper's starvation guard for the model on the validation period."""
+        from .evaluate import EvalConfig
+        from .guard import DEFAULT_LIMITS, GuardSetting, plot_sweep, sweep
+        from .sim import metrics
+
+        c = self.config
+        settings = [GuardSetting(x, o) for x in DEFAULT_LIMITS for o in ("age", "policy")]
+        res = sweep(self.state["jobs"], self.state["cluster"], self.state["model"], settings,
+                    EvalConfig(train=c.train, val=c.val, threads=c.threads),
+                    speed_model=c.speed, seed=c.seed, progress=self.show)
+        d = self.out / "guard"
+        d.mkdir(parents=True, exist_ok=True)
+        plot_sweep(res, d / "guard.png")
+        metrics.write_json(res.to_dict(), d / "guard.json")
+        v = res.toml_values()
+        assert res.choice is not None  # (guarded settings were tried)
+        row = res.rows[res.choice[0]]
+        self.state["guard"] = v
+        self.summary["guard"] = {**v, "why": res.choice[1],
+                                 "val_bsld_mean": row["bsld_mean"],
+                                 "unguarded_val_bsld_mean": res.rows[0]["bsld_mean"],
+                                 "slurm_val_bsld_mean": res.slurm["bsld_mean"]}
+        self.say(f"  on the validation period: mean bsld {row['bsld_mean']:.3f} behind"
+                 f" {row['setting'].label} ({res.rows[0]['bsld_mean']:.3f} without a guard,"
+                 f" slurm {res.slurm['bsld_mean']:.3f}); helper.toml: starvation_limit ="
+                 f" {v['starvation_limit']:.1f}, starvation_order = \"{v['starvation_order']}\"")
+
     def evaluate(self) -> None:
         """Evaluate the model and the imitation net against every baseline."""
         from .evaluate import TABLE_HEADERS, EvalConfig, evaluate, table_rows
 
         c = self.config
-        ecfg = EvalConfig(train=c.train, val=c.val, threads=c.threads)
+        g = self.state.get("guard") or {}
+        ecfg = EvalConfig(train=c.train, val=c.val, threads=c.threads, **g)
         res = evaluate(self.state["jobs"], self.state["cluster"],
                        {"policy": self.state["model"], "imitation": self.state["imitation_ck"]},
                        ecfg, speed_model=c.speed, seed=c.seed, out=self.out / "eval",
@@ -666,6 +703,7 @@ STAGES: list[tuple[str, str]] = [
     ("rl", "reinforcement learning in the simulator"),
     ("select", "choose the checkpoint on the validation period"),
     ("export", "export to ONNX and verify"),
+    ("guard", "choose the starvation guard on the validation period"),
     ("evaluate", "evaluation on the test period against every baseline"),
     ("report", "HTML report"),
 ]

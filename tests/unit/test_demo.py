@@ -108,6 +108,14 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     sel = run["summary"]["selection"]
     assert sel["chosen"] in sel["val_bsld_mean"]
     assert sel["val_bsld_mean"][sel["chosen"]] == min(sel["val_bsld_mean"].values())
+    # the guard chosen on the validation period is the one the model is evaluated behind
+    g = json.loads((out / "guard" / "guard.json").read_text())
+    assert g["period"]["kind"] == "validation" and g["period"]["jobs"] == [140, 160]
+    assert len(g["rows"]) == 11 and g["rows"][0]["setting"]["label"] == "none"
+    chosen = g["rows"][g["choice"]["row"]]["setting"]
+    assert run["summary"]["guard"]["starvation_limit"] == chosen["limit"] > 0
+    assert data["targets"]["starvation_limit"] == chosen["limit"]
+    assert data["targets"]["starvation_order"] == chosen["order"]
 
 
 def test_report_is_written(tiny):
@@ -115,6 +123,7 @@ def test_report_is_written(tiny):
     page = (out / "report.html").read_text()
     assert page.count("<img ") >= 4  # eval plots, RL and imitation curves
     assert "Model card" in page and "Quality targets (policy)" in page
+    assert "Starvation guard, chosen on the validation period" in page
 
 
 def test_same_seed_same_run(tiny, tmp_path):
