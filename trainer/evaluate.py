@@ -1068,9 +1068,10 @@ def print_targets(targets: Mapping[str, Any] | None) -> None:
         return
     limit = targets.get("starvation_limit")
     order = targets.get("starvation_order") or "age"
+    days = f"{limit / 86400:g} day{'' if limit == 86400 else 's'}" if limit else ""
     how = ("" if limit is None else
            f" ({targets['policy']} behind the helper's starvation guard at"
-           f" {limit / 86400:g} days, starving jobs in {order} order, baselines"
+           f" {days}, starving jobs in {order} order, baselines"
            " unguarded)" if limit > 0 else
            f" ({targets['policy']} without a starvation guard)")
     click.echo(f"quality targets of {targets['policy']} on the test period:"

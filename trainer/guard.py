@@ -46,7 +46,7 @@ from typing import Any
 
 import click
 
-from slurm_plugin.helper.decide import STARVATION_ORDERS, check_starvation_order
+from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule, check_starvation_order
 from slurm_plugin.when import parse_span
 
 from .cli import _input_options, _prepare, resolve
@@ -276,12 +276,40 @@ def _names(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+#: The helper's own default guard (:class:`slurm_plugin.helper.decide.SiteFactorRule`):
+#: kept when it ties with the best setting.
+DEFAULT = GuardSetting(SiteFactorRule.starvation_limit, SiteFactorRule.starvation_order)
+
+
+def _lowest(rows: Sequence[Mapping[str, Any]], idx: Sequence[int]) -> tuple[int, str]:
+    """The row of ``idx`` with the lowest mean bsld, and a note when several tie.
+
+    Settings that replay the period identically (the guard acted the same, or never)
+    tie; the helper's default is then kept when it is among them, else the first.
+    """
+    def figures(i: int) -> tuple[float, ...]:
+        return tuple(float(rows[i][k]) for k in ("bsld_mean", "wait_p99", "wait_max",
+                                                  "util"))
+
+    best = min(idx, key=lambda i: (rows[i]["bsld_mean"], i))
+    ties = [i for i in idx if figures(i) == figures(best)]
+    if len(ties) == 1:
+        return best, ""
+    default = [i for i in ties if rows[i]["setting"] == DEFAULT]
+    if default:
+        return default[0], (f" ({len(ties)} settings replay it the same: the helper's"
+                            " default kept)")
+    return best, f" ({len(ties)} settings replay it the same: the first kept)"
+
+
 def choose(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
     """The row to deploy and why (module docstring); ``None`` without a guarded row.
 
     The lowest mean bounded slowdown among the guarded settings that keep every bound of
     :data:`BOUNDS` the rows carry; failing that, the most important bounds that some
     setting keeps (dropping from the end); failing even the p99 wait, the lowest p99 wait.
+    Among settings that replay the period identically, the helper's default
+    (:data:`DEFAULT`) is kept.
     """
     guarded = [i for i, r in enumerate(rows) if r["setting"].limit > 0]
     if not guarded:
@@ -290,14 +318,15 @@ def choose(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
     for n in range(len(bounds), 0, -1):
         ok = [i for i in guarded if all(rows[i][k] for k, _ in bounds[:n])]
         if ok:
-            best = min(ok, key=lambda i: (rows[i]["bsld_mean"], i))
+            best, tie = _lowest(rows, ok)
             kept = _names([name for _, name in bounds[:n]])
             if n == len(bounds):
                 return best, ("the lowest mean bounded slowdown among the settings that"
-                              f" keep {kept} within Slurm's bounds")
+                              f" keep {kept} within Slurm's bounds{tie}")
             missed = _names([name for _, name in bounds[n:]])
             return best, (f"no setting also keeps {missed} within Slurm's bounds: the"
-                          f" lowest mean bounded slowdown among those that keep {kept}")
+                          f" lowest mean bounded slowdown among those that keep"
+                          f" {kept}{tie}")
     return (min(guarded, key=lambda i: (rows[i]["wait_p99"], i)),
             "no setting keeps the p99 wait within its bound: the lowest p99 wait (try"
             " shorter limits, or the 'age' order)")

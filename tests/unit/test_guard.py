@@ -42,7 +42,7 @@ def test_setting_labels_and_validation():
 
 def _row(limit, bsld, p99_ok, util_ok, p99=1.0):
     return {"setting": GuardSetting(limit), "bsld_mean": bsld, "wait_p99": p99,
-            "p99_ok": p99_ok, "util_ok": util_ok}
+            "wait_max": 10.0 + limit, "util": 0.5, "p99_ok": p99_ok, "util_ok": util_ok}
 
 
 def test_choice_by_hand():
@@ -72,6 +72,25 @@ def test_choice_by_hand():
     i, why = choose(rows)
     assert i == 2 and "lowest p99 wait" in why
     assert choose(rows[:1]) is None
+
+
+def test_settings_that_replay_the_same_keep_the_helpers_default():
+    day = 86400.0
+
+    def row(limit, order="age", bsld=3.0):
+        return {"setting": GuardSetting(limit, order), "bsld_mean": bsld, "wait_p99": 9.0,
+                "wait_max": 20.0, "util": 0.5, "p99_ok": True, "util_ok": True}
+
+    rows = [row(0.0), row(day), row(2 * day), row(2 * day, "policy"), row(4 * day)]
+    i, why = choose(rows)  # the guard never acted: every setting ties
+    assert rows[i]["setting"] == GuardSetting(2 * day, "age")  # the helper's default
+    assert why.endswith("(4 settings replay it the same: the helper's default kept)")
+    rows[2]["wait_max"] = 19.0  # the default differs: the first of the others
+    i, why = choose(rows)
+    assert i == 1 and why.endswith("(3 settings replay it the same: the first kept)")
+    rows[4]["bsld_mean"] = 2.0  # a strictly better one: no tie
+    i, why = choose(rows)
+    assert i == 4 and "replay it the same" not in why
 
 
 def _table(n: int, interarrival: float):
