@@ -366,17 +366,6 @@ def test_explicit_split_and_bad_names():
         evaluate(jobs, cl, {}, EvalConfig(), split=Split(100, 50, 100))
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("ck") / "tiny.pt"
-    save_checkpoint(path, PolicyNet(PolicyConfig(hidden=8)))
-    return path
-
-
 def test_tiny_net_against_baselines_writes_outputs(tmp_path, tiny_checkpoint):
     jobs, cl = _table(150)
     cfg = EvalConfig(baselines=("slurm", "fifo", "sjf"), plot_heuristics=1)

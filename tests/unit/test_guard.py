@@ -100,17 +100,6 @@ def _table(n: int, interarrival: float):
     return build_jobs(replay_records(generate(wc), spec), cl), cl
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("ck") / "tiny.pt"
-    save_checkpoint(path, PolicyNet(PolicyConfig(hidden=8)))
-    return path
-
-
 def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
     jobs, cl = _table(400, interarrival=5.0)  # a queue builds up
     cfg = EvalConfig(train=0.5, val=0.3, warmup=0.05)
