@@ -601,18 +601,14 @@ class Demo:
     def guard(self) -> None:
         """Choose the helper's starvation guard for the model on the validation period."""
         from .evaluate import EvalConfig
-        from .guard import DEFAULT_LIMITS, GuardSetting, plot_sweep, sweep
-        from .sim import metrics
+        from .guard import DEFAULT_LIMITS, GuardSetting, sweep, write_sweep
 
         c = self.config
         settings = [GuardSetting(x, o) for x in DEFAULT_LIMITS for o in ("age", "policy")]
         res = sweep(self.state["jobs"], self.state["cluster"], self.state["model"], settings,
                     EvalConfig(train=c.train, val=c.val, threads=c.threads),
                     speed_model=c.speed, seed=c.seed, progress=self.show)
-        d = self.out / "guard"
-        d.mkdir(parents=True, exist_ok=True)
-        plot_sweep(res, d / "guard.png")
-        metrics.write_json(res.to_dict(), d / "guard.json")
+        write_sweep(res, self.out / "guard", {"input": {"model": str(self.state["model"])}})
         v = res.toml_values()
         assert res.choice is not None  # (guarded settings were tried)
         row = res.rows[res.choice[0]]

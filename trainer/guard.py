@@ -64,6 +64,7 @@ __all__ = [
     "parse_limits",
     "sweep",
     "tune_guard",
+    "write_sweep",
 ]
 
 #: Limits tried by default, seconds (1, 2, 3, 4 and 7 days; the helper's default is 2).
@@ -415,6 +416,21 @@ def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
     return path
 
 
+def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """Write ``guard.json`` (with ``extra`` entries and ``files``) and ``guard.png`` in ``out``.
+
+    Returns:
+        What ``guard.json`` holds.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_sweep(res, out / "guard.png")
+    data = {**res.to_dict(), **dict(extra or {}),
+            "files": {"guard": str(out / "guard.json"), **({"plot": str(png)} if png else {})}}
+    metrics.write_json(data, out / "guard.json")
+    return data
+
+
 @click.command("tune-guard")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--limits", default="1d,2d,3d,4d,7d", show_default=True,
@@ -476,13 +492,12 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
         raise click.ClickException(str(exc).splitlines()[0]) from None
     data = res.to_dict()
     if sim.out:
-        d = Path(sim.out)
-        d.mkdir(parents=True, exist_ok=True)
-        png = plot_sweep(res, d / "guard.png")
-        data["files"] = {"guard": str(d / "guard.json"), **({"plot": str(png)} if png else {})}
-        data["input"] = {"source": prep.source, "jobs": prep.jobs.n, "model": model}
-        metrics.write_json(data, d / "guard.json")
-        click.echo(f"wrote {d / 'guard.json'}" + (f" and {png.name}" if png else ""), err=True)
+        data = write_sweep(res, Path(sim.out), {"input": {"source": prep.source,
+                                                          "jobs": prep.jobs.n,
+                                                          "model": model}})
+        png = data["files"].get("plot")
+        click.echo(f"wrote {data['files']['guard']}" + (f" and {Path(png).name}" if png else ""),
+                   err=True)
     if sim.json:
         from slurm_plugin.output import emit_json
 
