@@ -369,6 +369,11 @@ def print_sweep(res: GuardSweep) -> None:
     click.echo(f"chosen (*): {res.choice[1]}. In /etc/rlsched/helper.toml:")
     click.echo(f"  starvation_limit = {v['starvation_limit']:.1f}")
     click.echo(f"  starvation_order = \"{v['starvation_order']}\"")
+    r = res.rows[res.choice[0]]
+    if not r["bsld_vs_slurm"] < 1:
+        click.echo(f"warning: behind this guard the model's mean bounded slowdown is"
+                   f" {r['bsld_vs_slurm'] - 1:+.1%} against Slurm's on this period: do not"
+                   " enforce it (keep the helper in shadow mode, retrain on more history)")
     click.echo("then judge it on the test period: rlsched evaluate MODEL"
                f" --starvation-limit {v['starvation_limit']:g}"
                f" --starvation-order {v['starvation_order']} (same input options)")

@@ -158,6 +158,8 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert [x["setting"]["label"] for x in data["rows"]] == ["none", "1h age", "2d age"]
     assert data["input"]["jobs"] == 300 and data["choice"]["row"] in (1, 2)
     assert data["max_wait_slack"] == 0.5 and "max_ok" in data["rows"][1]
+    worse = data["rows"][data["choice"]["row"]]["bsld_vs_slurm"] >= 1
+    assert ("warning: behind this guard" in r.output) == worse  # (an untrained net)
     pytest.importorskip("matplotlib")
     assert (out / "guard.png").stat().st_size > 1000
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",

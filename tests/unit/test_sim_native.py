@@ -84,7 +84,8 @@ def test_auto_uses_only_a_build_of_these_sources(fresh, monkeypatch):
     monkeypatch.setattr(native, "_status", None)
     st = native.activate(path)
     assert st.active and st.path == dest
-    assert path == [str(dest / "trainer" / "sim"), "pkg"] and sys.path[-1] == str(dest)
+    assert path == [str(dest / "trainer" / "sim"), "pkg"]
+    assert str(dest) not in sys.path  # (its trainer/ folder would hide the real package)
     assert native.activate([]) is st  # decided once per process
 
 
@@ -155,3 +156,27 @@ def test_compiled_engine_replays_exactly_as_the_python_one():
     diff = {k: (py["cases"][k]["bsld"], nat["cases"][k]["bsld"]) for k in py["cases"]
             if py["cases"][k] != nat["cases"][k]}
     assert not diff, f"compiled and Python replays differ (mean bsld python, compiled): {diff}"
+
+
+def test_spawned_workers_import_the_real_package(tiny_checkpoint, tmp_path):
+    """``--workers N`` spawns processes that inherit ``sys.path``: the compiled build's
+    folder (which holds a ``trainer/`` folder) must not be on it, or the workers import
+    that folder as the ``trainer`` package and fail (run from outside the checkout, as
+    the ``rlsched`` command is, so that only the install finds the package)."""
+    usable = native._usable(native.build_dir(), native.source_hash()) is None
+    if not usable:
+        if os.environ.get("RLSCHED_REQUIRE_NATIVE") == "1":
+            pytest.fail("RLSCHED_REQUIRE_NATIVE=1 but no compiled build: 'rlsched build-sim'")
+        pytest.skip("no compiled build: 'rlsched build-sim' makes one")
+    if not TRACE.is_file():
+        pytest.skip(f"{TRACE} not found (shared traces)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["RLSCHED_SIM"] = "native"
+    out = subprocess.run(
+        [sys.executable, "-m", "slurm_plugin", "tune-guard", str(tiny_checkpoint),
+         "--trace", str(TRACE), "--limit", "300", "--limits", "1h", "--orders", "age",
+         "--workers", "2", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [r["setting"]["label"] for r in json.loads(out.stdout)["rows"]] == ["none",
+                                                                              "1h age"]

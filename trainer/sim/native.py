@@ -156,10 +156,8 @@ def activate(package_path: list[str]) -> NativeStatus:
                               " rlsched[native] and a C compiler), or set RLSCHED_SIM=auto")
         _status = NativeStatus(mode, False, None, why)
         return _status
-    sys.path.append(str(path))  # mypyc's shared library is a top-level module
     broken = _load_shared(path)
     if broken is not None:  # (e.g. made on a machine with another C library)
-        sys.path.remove(str(path))
         if mode == "native":
             raise ImportError(f"RLSCHED_SIM=native: the build in {path} does not load"
                               f" ({broken}); run 'rlsched build-sim --force' on this machine")
@@ -172,14 +170,30 @@ def activate(package_path: list[str]) -> NativeStatus:
 
 
 def _load_shared(path: Path) -> str | None:
-    """Import the build's shared library (mypyc's runtime and code); why not, or None."""
-    import importlib
+    """Import the build's shared library (mypyc's runtime and code); why not, or None.
+
+    mypyc's shared library is a top-level module that the compiled modules import by
+    name. It is loaded from its file and registered in ``sys.modules``, not found
+    through ``sys.path``: the build folder holds a ``trainer/`` folder too, and on
+    ``sys.path`` it would be taken for the ``trainer`` package by any process that
+    inherits that path before importing ``trainer`` (a ``spawn`` worker of ``--workers
+    N`` under the editable install), hiding the real package.
+    """
+    import importlib.util
 
     for lib in sorted(path.glob("*__mypyc.*.so")):
         name = lib.name.split(".", 1)[0]
+        if name in sys.modules:
+            continue
         try:
-            importlib.import_module(name)
+            spec = importlib.util.spec_from_file_location(name, lib)
+            if spec is None or spec.loader is None:
+                return f"{lib.name}: not a loadable extension module"
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
         except ImportError as exc:
+            sys.modules.pop(name, None)
             return f"{lib.name}: {exc}"
     return None
 
