@@ -601,11 +601,10 @@ class Demo:
     def guard(self) -> None:
         """Choose the helper's starvation guard for the model on the validation period."""
         from .evaluate import EvalConfig
-        from .guard import DEFAULT_LIMITS, GuardSetting, sweep, write_sweep
+        from .guard import grid, sweep, write_sweep
 
         c = self.config
-        settings = [GuardSetting(x, o) for x in DEFAULT_LIMITS for o in ("age", "policy")]
-        res = sweep(self.state["jobs"], self.state["cluster"], self.state["model"], settings,
+        res = sweep(self.state["jobs"], self.state["cluster"], self.state["model"], grid(),
                     EvalConfig(train=c.train, val=c.val, threads=c.threads),
                     speed_model=c.speed, seed=c.seed, progress=self.show)
         write_sweep(res, self.out / "guard", {"input": {"model": str(self.state["model"])}})

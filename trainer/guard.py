@@ -58,9 +58,11 @@ from .sim.stepper import window
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFAULT_ORDERS",
     "GuardSetting",
     "GuardSweep",
     "choose",
+    "grid",
     "parse_limits",
     "sweep",
     "tune_guard",
@@ -69,6 +71,8 @@ __all__ = [
 
 #: Limits tried by default, seconds (1, 2, 3, 4 and 7 days; the helper's default is 2).
 DEFAULT_LIMITS: tuple[float, ...] = tuple(d * 86400.0 for d in (1, 2, 3, 4, 7))
+#: Orders tried by default: every one the helper knows.
+DEFAULT_ORDERS: tuple[str, ...] = tuple(STARVATION_ORDERS)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,12 @@ def _span(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+def grid(limits: Sequence[float] = DEFAULT_LIMITS,
+         orders: Sequence[str] = DEFAULT_ORDERS) -> list[GuardSetting]:
+    """Every limit in every order (limit first), the settings a sweep tries."""
+    return [GuardSetting(x, o) for x in limits for o in orders]
 
 
 def parse_limits(text: str) -> tuple[float, ...]:
@@ -438,9 +448,10 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
 
 @click.command("tune-guard")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--limits", default="1d,2d,3d,4d,7d", show_default=True,
+@click.option("--limits", default=",".join(_span(x) for x in DEFAULT_LIMITS),
+              show_default=True,
               help="Starvation limits to try, comma-separated (seconds, or 1d, 36h...).")
-@click.option("--orders", default="age,policy", show_default=True,
+@click.option("--orders", default=",".join(DEFAULT_ORDERS), show_default=True,
               help="Starvation orders to try, comma-separated: age, policy.")
 @click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
               help="Local processes replaying settings side by side (same figures).")
@@ -487,7 +498,7 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     prep = _prepare(sim)
-    settings = [GuardSetting(x, o) for x in lim for o in ords]
+    settings = grid(lim, ords)
     try:
         res = sweep(prep.jobs, prep.cluster, model, settings, cfg, options=prep.options,
                     priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
