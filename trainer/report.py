@@ -219,7 +219,8 @@ def _targets(t: Mapping[str, Any] | None) -> str:
                     f"{esc(c['detail'])}</td></tr>" for c in t["checks"])
     verdict = ("all targets met" if t["passed"] else "some targets missed: the numbers say by"
                " how much")
-    return (f"<h3>Quality targets ({esc(t['policy'])}): {esc(verdict)}</h3>"
+    setup = f"<p class='note'>As replayed: {esc(t['setup'])}.</p>" if t.get("setup") else ""
+    return (f"<h3>Quality targets ({esc(t['policy'])}): {esc(verdict)}</h3>{setup}"
             f"<table><tbody>{items}</tbody></table>")
 
 

@@ -508,6 +508,13 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["input"]["limit"] == 300 and cfg["evaluate"]["train"] == 0.7
     assert json.loads((out / "eval.json").read_text())["input"]["jobs"] == 300
+    guarded = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--starvation-limit", "3600", "--guard-heuristics", "--resamples", "0"])
+    assert guarded.exit_code == 0, guarded.output + repr(guarded.exception)
+    assert ("(tiny behind the helper's starvation guard at 0.0416667 days, starving jobs in"
+            " age order, the other baselines behind the same guard, slurm as configured)"
+            ) in guarded.output
     bad = CliRunner().invoke(cli.main, ["evaluate", str(tmp_path / "missing.pt"),
                                         "--trace", str(LUBLIN)])
     assert bad.exit_code != 0 and "no such file" in bad.output
@@ -645,6 +652,43 @@ def test_starvation_limit_reaches_the_models(tiny_checkpoint):
                        starvation_order="policy").order == "policy"
     with pytest.raises(ValueError, match="starvation_order"):
         EvalConfig(starvation_order="oldest")
+
+
+def test_guard_heuristics_replays_the_baselines_behind_the_models_guard():
+    from trainer.evaluate import StarvationGuard, guard_setup, print_targets
+
+    jobs, cl = _table(300, interarrival=2.0)  # a queue builds up: the guard acts on lrf
+    cfg = EvalConfig(baselines=("slurm", "sjf", "lrf"), starvation_limit=1000.0,
+                     starvation_order="policy", resamples=0)
+    guarded = dataclasses.replace(cfg, guard_heuristics=True)
+    mine = {"mine": StarvationGuard(make_policy("sjf"), 1000.0, "policy")}
+    a, b = evaluate(jobs, cl, mine, cfg), evaluate(jobs, cl, mine, guarded)
+    strip = {"policy", "sim"}
+
+    def same(x, y):
+        return ({k: v for k, v in x.items() if k not in strip}
+                == {k: v for k, v in y.items() if k not in strip})
+
+    assert same(a.metrics["slurm"], b.metrics["slurm"])  # slurm as configured, both times
+    assert b.metrics["lrf"]["wait_s"] != a.metrics["lrf"]["wait_s"]  # the guard acted
+    for name in ("sjf", "lrf"):  # each baseline as a guarded policy replays it
+        alone = evaluate(jobs, cl, {"x": StarvationGuard(make_policy(name), 1000.0, "policy")},
+                         dataclasses.replace(cfg, baselines=("slurm",)))
+        assert same(b.metrics[name], alone.metrics["x"])
+    # the same guarded order as the model: the heuristic target compares like with like
+    assert b.metrics["sjf"]["bsld"] == b.metrics["mine"]["bsld"]
+    assert a.targets is not None and b.targets is not None
+    assert not a.targets["heuristics_guarded"] and b.targets["heuristics_guarded"]
+    assert b.targets["setup"] == guard_setup(b.targets) == (
+        "mine behind the helper's starvation guard at 0.0115741 days, starving jobs in"
+        " policy order, the other baselines behind the same guard, slurm as configured")
+    assert a.targets["setup"].endswith("policy order, baselines unguarded")
+    # without a guard on the models there is nothing to put the baselines behind
+    c = evaluate(jobs, cl, {"mine": make_policy("sjf")},
+                 dataclasses.replace(guarded, starvation_limit=0.0))
+    assert same(c.metrics["sjf"], a.metrics["sjf"])
+    assert c.targets is not None and not c.targets["heuristics_guarded"]
+    print_targets(b.targets)  # prints without error (the text is checked above)
 
 
 def test_an_untrained_placement_head_leaves_placement_to_slurm(tiny_checkpoint, tmp_path):

@@ -116,6 +116,7 @@ def test_report_content(run_dir):
         assert f"<td>{name}</td>" in page
     assert "slurm (incumbent" in page
     assert "Quality targets" in page
+    assert "As replayed: sjf&lt;b&gt;&amp;co without a starvation guard." in page
     assert "consecutive windows of the test period" in page and "95% interval" in page
     assert "<th>from day</th>" in page
     assert "Models against sjf&lt;b&gt;&amp;co" in page and "second vs sjf&lt;b" in page
