@@ -230,11 +230,16 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "With --val-deployed: rank every pending job by its raw score (default, as the"
      " helper's rank_all), or the jobs that fit now first."),
     ("--starvation-limit", "starvation_limit", click.FloatRange(min=0),
-     "With --val-deployed: the helper's starvation guard, seconds of waiting after which"
-     " a job goes first (default 172800, the helper's; 0: none)."),
+     "With --val-deployed or --train-guard: the helper's starvation guard, seconds of"
+     " waiting after which a job goes first (default 172800, the helper's; 0: none)."),
     ("--starvation-order", "starvation_order", click.Choice(sorted(STARVATION_ORDERS)),
-     "With --val-deployed: how that guard orders the starving jobs, as the helper's"
-     " starvation_order: age (oldest first, default) or policy (the net's order)."),
+     "With --val-deployed or --train-guard: how that guard orders the starving jobs, as"
+     " the helper's starvation_order: age (oldest first, default) or policy (the net's"
+     " order)."),
+    ("--train-guard/--no-train-guard", "train_guard", None,
+     "Train behind that guard too: in the env, starving jobs start first and the others"
+     " only around the oldest one's reservation, as the helper deploys the net (default:"
+     " off)."),
     ("--place", "place", None,
      "Let the policy pick the node set of each job too (default: Slurm's tree best fit)."),
 )
@@ -484,6 +489,11 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     if report.est_prior is not None:
         click.echo(f"imitation: est_prior (weight of shortest estimate first) fitted"
                    f" {report.est_prior:.2f}, trained {report.est_prior_final:.2f}", err=True)
+    if report.prior_alone:
+        click.echo(f"imitation: the prior alone agrees with the teacher at least as well as"
+                   f" the trained job head on the validation decisions (top-1"
+                   f" {report.prior_top1:.3f} vs {report.head_top1:.3f}): the net orders"
+                   " jobs by it alone (the job head's output is zeroed)", err=True)
     return net, {"imitation": icfg.to_dict(), "imitate_from": source}
 
 

@@ -17,11 +17,24 @@ Decisions
 Masks
     ``info["action_mask"]`` (bool, ``max_jobs + 1``; also :meth:`SchedEnv.action_masks`)
     allows, in the job phase, the visible jobs that fit now (enough free nodes of their
-    partition) and hold, unless holding could change nothing (no job running and none
-    still to arrive) or ``hold=False`` and a visible job fits; in the placement phase, the
+    partition; behind the starvation guard, those it lets start) and hold, unless
+    holding could change nothing (no job running and none still to arrive) or
+    ``hold=False`` and a visible job fits; in the placement phase, the
     job's candidates. An action outside the mask is rejected: by default the state does
     not change, the step earns ``-invalid_penalty`` and ``info["invalid_action"]`` says
     why; with ``invalid_action="raise"`` it raises :class:`ValueError`.
+
+Starvation guard
+    With ``starvation_limit > 0`` the episodes run behind the helper's guard, as the
+    deployed policy does (:class:`trainer.evaluate.StarvationGuard`): while a visible
+    job has waited longer than the limit, the legal jobs are, with ``starvation_order``
+    ``age``, the oldest such job if it fits, and with ``policy`` the starving jobs that
+    fit (the agent's choice among them, as the net's order ranks them there). When
+    none of those can start, the other jobs that fit may start only if they end, by
+    their time limit, before the oldest starving job's shadow time
+    (:meth:`~trainer.sim.stepper.Stepper.shadow`): EASY backfill around its
+    reservation, conservatively (Slurm also lets jobs run past the shadow time on nodes
+    the reservation does not need). ``job_mask`` and the action mask say the same.
 
 Time skips ahead by itself
     Whenever no visible job fits, hold is the only legal action, so the environment
@@ -79,6 +92,7 @@ from slurm_plugin.features import (
     Normalisation,
     Observation,
 )
+from slurm_plugin.helper.decide import STARVATION_ORDERS
 from slurm_plugin.placement import Candidates
 
 from .sim import metrics
@@ -142,6 +156,12 @@ class EnvConfig:
     """Jobs just before the window replayed first, in the same episode, so that the
     window does not start on an empty cluster (validation); the agent acts on them too,
     but ``info["episode_metrics"]`` counts the window's jobs only. 0: none."""
+    starvation_limit: float = 0.0
+    """The helper's starvation guard in the episodes (seconds; 0: none), so that the agent
+    learns behind the guard it is deployed with (module docstring, *Starvation guard*)."""
+    starvation_order: str = "age"
+    """How the guard orders the starving jobs, as the helper's ``starvation_order``:
+    ``age`` (oldest first) or ``policy`` (the agent's choice)."""
     warm_start: bool = False
     """Start each episode from the state another replay of the whole table (the
     incumbent scheduler's: :func:`incumbent_times`, given to :class:`SchedEnv`) had
@@ -182,6 +202,9 @@ class EnvConfig:
         need(not (self.warm_start and self.warmup_jobs),
              "warm_start and warmup_jobs exclude each other: pick one")
         need(self.frag_samples >= 1, "frag_samples must be >= 1")
+        need(self.starvation_limit >= 0, "starvation_limit must be >= 0 (0: no guard)")
+        need(self.starvation_order in STARVATION_ORDERS,
+             f"starvation_order must be one of {sorted(STARVATION_ORDERS)}")
         need(self.invalid_action in ("reject", "raise"),
              "invalid_action must be 'reject' or 'raise'")
 
@@ -398,12 +421,36 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         mj = self.config.max_jobs
         while True:
             rows = st.visible(mj)
-            fits = st.fits(rows)
+            fits = self._guarded(rows, st.fits(rows))
             if fits.any() or not st.can_advance:
                 break
             st.advance()
         self._rows, self._fits = rows, fits
         self._obs = st.observation(mj) if not st.done else None
+
+    def _guarded(self, rows: np.ndarray, fits: np.ndarray) -> np.ndarray:
+        """The visible jobs the starvation guard lets start now (module docstring)."""
+        cfg = self.config
+        if cfg.starvation_limit <= 0 or not rows.size:
+            return fits
+        st = self.stepper
+        starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
+        if not starving.any():
+            return fits
+        head = int(np.flatnonzero(starving)[0])  # the oldest (rows are in arrival order)
+        out: np.ndarray
+        if cfg.starvation_order == "age":
+            if fits[head]:
+                out = np.zeros_like(fits)
+                out[head] = True
+                return out
+        elif (starving & fits).any():
+            out = starving & fits
+            return out
+        shadow = st.shadow(int(rows[head]))
+        ends = st.now + st.jobs.limit[rows].astype(np.int64)
+        out = fits & (ends <= shadow)
+        return out
 
     # ------------------------------------------------------------------ step
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:

@@ -498,6 +498,21 @@ def _net_outputs(net: PolicyNet, decisions: Sequence[Decision], batch: int
     return ranks, [int(x) for x in place_ok], place_first
 
 
+def _mean_job_logit(net: PolicyNet, decisions: Sequence[Decision], batch: int = 64) -> float:
+    """The net's mean score of the jobs shown in ``decisions`` (hold left out)."""
+    total, count = 0.0, 0
+    net.eval()
+    with torch.no_grad():
+        for lo in range(0, len(decisions), batch):
+            items = decisions[lo:lo + batch]
+            b = DecisionDataset.collate(items)[0]
+            jl = net.forward_batch(b)[0].numpy()
+            for i, d in enumerate(items):
+                total += float(jl[i, :d.obs.n_jobs].sum())
+                count += d.obs.n_jobs
+    return total / count if count else 0.0
+
+
 # ---------------------------------------------------------------------------- training
 @dataclass(frozen=True)
 class ImitationConfig:
@@ -535,7 +550,12 @@ class ImitationConfig:
     """Before training, set the net's ``est_prior`` (the weight of ``-log_est_run`` in
     every job score) to the value that alone best explains the training decisions
     (:func:`fit_est_prior`); the hidden layers then learn the rest. A teacher that
-    orders by the estimate (``sef``) is then copied from the first step."""
+    orders by the estimate (``sef``) is then copied from the first step. After training,
+    if the prior alone (the job head's output zeroed) agrees with the teacher at least as
+    well as the trained job head on the validation decisions, the kept net orders jobs by
+    the prior alone (:attr:`ImitationReport.prior_alone`; the head's bias moves so that
+    the mean job score, which hold competes with, stays; the other heads stay trained):
+    the head's corrections would only add noise to that teacher's order."""
     prior_max: float = 20.0
     """Bound of the fitted ``est_prior`` (a teacher that always starts the shortest
     estimate is explained better by every larger weight)."""
@@ -583,6 +603,9 @@ class ImitationReport:
         train_s: Wall time of training, s.
         est_prior: ``est_prior`` fitted before training (``None``: not fitted), and
             ``est_prior_final`` the kept net's.
+        prior_alone: The kept net orders jobs by its prior alone (the job head's output
+            zeroed: it agreed with the teacher at least as well on the validation
+            decisions), with ``prior_top1`` and ``head_top1`` the two validation top-1.
     """
 
     config: dict[str, Any]
@@ -595,6 +618,9 @@ class ImitationReport:
     train_s: float
     est_prior: float | None = None
     est_prior_final: float | None = None
+    prior_alone: bool = False
+    prior_top1: float | None = None
+    head_top1: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -759,11 +785,28 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
         bar.close()
         net.load_state_dict(best_state)
         net.eval()
+        prior_alone, prior_top1, head_top1 = False, None, None
+        if prior is not None and val:
+            out = net.job_head.out
+            kept = (out.weight.detach().clone(), out.bias.detach().clone())
+            head_top1 = val_top1()
+            before = _mean_job_logit(net, val)
+            with torch.no_grad():
+                out.weight.zero_()
+                # the same mean job score as before, so hold competes as it did
+                out.bias.add_(before - _mean_job_logit(net, val))
+            prior_top1 = val_top1()
+            prior_alone = prior_top1 >= head_top1
+            if not prior_alone:
+                with torch.no_grad():
+                    out.weight.copy_(kept[0])
+                    out.bias.copy_(kept[1])
         t2 = time.perf_counter()
         metrics = {k: evaluate(net, data[k], has_priority=rec.has_priority)
                    for k in SPLITS if data[k]}
     report = ImitationReport(
         config=cfg.to_dict(), stats=dict(rec.stats), splits={k: len(v) for k, v in data.items()},
         metrics=metrics, history=history, best_epoch=best[1], reconstruct_s=t1 - t0,
-        train_s=t2 - t1, est_prior=prior, est_prior_final=float(net.est_prior.detach()))
+        train_s=t2 - t1, est_prior=prior, est_prior_final=float(net.est_prior.detach()),
+        prior_alone=prior_alone, prior_top1=prior_top1, head_top1=head_top1)
     return net, report

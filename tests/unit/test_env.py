@@ -275,6 +275,64 @@ def test_earliest_fitting_agent_on_a_hand_computed_case():
     assert info["episode_metrics"]["bsld_mean"] == pytest.approx(12.9 / 3)
 
 
+def _guarded_run(limit: float, order: str = "age"):
+    """The earliest-fitting agent on a hand-computed case; (now, legal job ids) per step.
+
+    4 nodes. 1 (2 nodes, 100 s) starts at 0; 2 (4 nodes) arrives at 1 and cannot fit
+    before 100; 3 (1 node, 10 s) arrives at 2; 4 (1 node, 200 s) arrives at 3.
+    """
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 3, 200, 1)]
+    env = tiny_env(recs, max_jobs=4, starvation_limit=limit, starvation_order=order,
+                   invalid_action="raise")
+    _, info = env.reset(seed=0)
+    seen, done = [], False
+    while not done:
+        rows = env.rows
+        ok = info["action_mask"][:4]
+        assert info["observation"] is not None
+        assert np.array_equal(env._observe()["job_mask"][:4].astype(bool), ok)
+        seen.append((info["now"], env.stepper.jobs.job_id[rows[ok[:rows.size]]].tolist()))
+        _, _, term, trunc, info = env.step(earliest_fitting(info, 4))
+        done = term or trunc
+    return env.result().start.tolist(), seen
+
+
+def test_starvation_guard_in_the_env_on_a_hand_computed_case():
+    # no guard: 3 and 4 start as they arrive, and 2 waits until 4 ends at 203
+    starts, seen = _guarded_run(0.0)
+    assert starts == [0, 203, 2, 3]
+    # 2 starves from 1.5 s on: at 2, 3 may backfill (it ends by 12, before 2's shadow
+    # time 100, when 1 reaches its limit); at 3, 4 may not (it would end at 203), so
+    # time runs to 100, where only 2 may start (oldest first), then 4 at 110
+    starts, seen = _guarded_run(0.5)
+    assert starts == [0, 100, 2, 110]
+    assert seen == [(0, [1]), (2, [3]), (100, [2]), (110, [4])]
+    # starving jobs in the agent's order: any starving job that fits may start, so 4
+    # (starving from 3.5 s on) may when 3 ends at 12, as if the net ranked it above 2
+    starts, seen = _guarded_run(0.5, "policy")
+    assert seen == [(0, [1]), (2, [3]), (12, [4]), (212, [2])]
+    assert starts == [0, 212, 2, 12]
+    # a guard that never acts changes nothing
+    assert _guarded_run(1000.0)[0] == [0, 203, 2, 3]
+    with pytest.raises(ValueError, match="starvation_limit"):
+        EnvConfig(starvation_limit=-1.0)
+    with pytest.raises(ValueError, match="starvation_order"):
+        EnvConfig(starvation_order="oldest")
+
+
+def test_check_env_passes_behind_the_guard():
+    jobs, cl = _busy_table(120)
+    inc = incumbent_times(jobs, cl, make_policy("fifo"), SchedulerOptions(bf_interval=0))
+    env = SchedEnv(jobs, cl, EnvConfig(episode_jobs=40, warm_start=True,
+                                       starvation_limit=600.0), incumbent=inc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env, skip_render_check=True)
+    for seed in range(3):  # random legal agents finish every job behind the guard
+        _, _, term = random_episode(env, seed, seed)
+        assert term
+
+
 @pytest.mark.parametrize("kind", ["gpu", "hpc"])
 def test_fifo_blocking_agent_matches_the_batch_simulator(kind):
     cfg = w.WorkloadConfig(kind=kind, num_jobs=200, seed=2)

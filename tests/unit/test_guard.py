@@ -155,6 +155,8 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert "longest-wait bound: Slurm's + 50%" in r.output
     assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
     data = json.loads((out / "guard.json").read_text())
+    limit = int(data["choice"]["starvation_limit"])  # as typed: 172800, not 1.728e+05
+    assert f"rlsched evaluate MODEL --starvation-limit {limit} --starvation-order age" in r.output
     assert [x["setting"]["label"] for x in data["rows"]] == ["none", "1h age", "2d age"]
     assert data["input"]["jobs"] == 300 and data["choice"]["row"] in (1, 2)
     assert data["max_wait_slack"] == 0.5 and "max_ok" in data["rows"][1]

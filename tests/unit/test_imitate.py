@@ -18,6 +18,7 @@ from trainer.imitate import (  # noqa: E402
     Decision,
     DecisionDataset,
     ImitationConfig,
+    Reconstruction,
     evaluate,
     fit_est_prior,
     reconstruct,
@@ -216,6 +217,9 @@ def test_imitation_learns_a_fifo_schedule():
     assert rep.history[-1]["loss"] < rep.history[0]["loss"]
     assert rep.best_epoch >= 1
     assert rep.to_dict()["config"]["epochs"] == 15
+    # FIFO is no estimate order: the trained job head agrees better than the prior alone
+    assert not rep.prior_alone and rep.prior_top1 < rep.head_top1
+    assert bool(net.job_head.out.weight.detach().abs().sum() > 0)
 
 
 def _decisions(n: int, pick, seed: int = 0) -> list[Decision]:
@@ -273,6 +277,25 @@ def test_imitation_starts_from_the_fitted_prior():
     off = train_imitation(hist, spec, ImitationConfig(**{**cfg.to_dict(), "prior_fit": False,
                                                          "epochs": 0}))[1]
     assert off.est_prior is None and off.est_prior_final == 0.0
+
+
+def test_a_teacher_ordering_by_the_estimate_is_kept_by_the_prior_alone():
+    from types import SimpleNamespace
+
+    # the teacher always starts the shortest estimate: the fitted prior alone copies it
+    # exactly, and the trained head could only add noise to that order
+    ds = _decisions(300, lambda x, rng: int(np.argmin(x)), seed=4)
+    rec = Reconstruction(ds, SimpleNamespace(submit=np.arange(len(ds))), None)
+    cfg = ImitationConfig(epochs=6, hidden=16, lr=3e-3, threads=1, progress=False,
+                          prior_max=3.0)  # (hold, which competes, learns to lose)
+    net, rep = train_imitation(rec, None, cfg)
+    assert rep.prior_alone and rep.prior_top1 == 1.0 and rep.head_top1 <= 1.0
+    assert rep.metrics["val"]["net"]["top1"] == 1.0  # the metrics are the kept net's
+    assert not bool(net.job_head.out.weight.detach().any())
+    assert rep.to_dict()["prior_alone"] is True
+    # without a fitted prior there is nothing to keep alone
+    off = train_imitation(rec, None, ImitationConfig(**{**cfg.to_dict(), "prior_fit": False}))
+    assert not off[1].prior_alone and off[1].prior_top1 is None
 
 
 def test_training_is_deterministic():

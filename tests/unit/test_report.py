@@ -48,7 +48,7 @@ def run_dir(tmp_path_factory):
     (run / "model.onnx.card.json").write_text(json.dumps(card))
     (run / "imitation").mkdir()
     (run / "imitation" / "report.json").write_text(json.dumps({
-        "splits": {"train": 70, "val": 10, "test": 20}, "best_epoch": 2,
+        "splits": {"train": 70, "val": 10, "test": 20}, "best_epoch": 2, "prior_alone": True,
         "metrics": {"test": {"net": {"top1": 0.5, "top5": 0.9, "top1_nontrivial": 0.4,
                                      "decisions": 20.0},
                              "fifo": {"top1": 0.6, "top5": 0.95, "top1_nontrivial": 0.5,
@@ -126,6 +126,7 @@ def test_report_content(run_dir):
         assert c["name"] in page
     assert "imitation + ppo" in page and "ab" * 32 in page  # the model card
     assert "50.0%" in page  # imitation top-1 of the net
+    assert "by its fitted estimate weight alone" in page
     assert "reinforcement learning" in page and "12.5 s" in page
     # the guard chosen on the validation period (rlsched tune-guard --out run/guard)
     assert "Starvation guard, chosen on the validation period" in page

@@ -192,6 +192,25 @@ def test_warm_start_training_replays_slurm_once_and_repeats():
     assert not _same(_weights(a.net), _weights(c.net))
 
 
+def test_train_guard_puts_the_deployed_guard_in_the_env():
+    cfg = TrainConfig(starvation_limit=3600.0, starvation_order="policy")
+    for env in cfg.env_configs():  # by default the env has no guard
+        assert env.starvation_limit == 0.0
+    guarded = dataclasses.replace(cfg, train_guard=True)
+    for env in guarded.env_configs():  # training and env validation episodes alike
+        assert (env.starvation_limit, env.starvation_order) == (3600.0, "policy")
+    spec, tcfg = _short(budget_steps=200, budget_updates=None, warm_start=True,
+                        train_guard=True, starvation_limit=60.0)
+    assert spec.train.starvation_limit == spec.eval.starvation_limit == 60.0
+    acfg = PPOConfig(episodes=2, minibatch=32)
+    a, b = train(spec, tcfg, acfg), train(spec, tcfg, acfg)
+    assert _same(_weights(a.net), _weights(b.net))  # seeded, as without the guard
+    spec0, tcfg0 = _short(budget_steps=200, budget_updates=None, warm_start=True,
+                          starvation_limit=60.0)
+    c = train(spec0, tcfg0, acfg)
+    assert not _same(_weights(a.net), _weights(c.net))  # the guard changed the episodes
+
+
 @pytest.mark.parametrize("algo,acfg", [
     ("ppo", PPOConfig(episodes=2, minibatch=32)),
     ("dqn", DQNConfig(episodes=2, learning_starts=20, batch=16, target_every=3)),

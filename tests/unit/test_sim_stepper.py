@@ -131,6 +131,34 @@ def test_start_refuses_what_cannot_run_now():
     assert len(s.candidates(1)) == 0
 
 
+def test_shadow_is_when_the_running_jobs_free_enough_nodes_by_their_limits():
+    # 4 whole nodes: 1 runs on 2 nodes (limit 100), 2 on one (limit 50, ends at 20)
+    s = make([job(1, 0, 100, 2), job(2, 0, 20, 1, limit=50), job(3, 0, 10, 4),
+              job(4, 0, 10, 2), job(5, 0, 10, 1)], spec(4))
+    s.advance()
+    s.start(0, [0, 1])
+    s.start(1, [2])
+    assert s.shadow(4) == T0  # fits now (node 3)
+    assert s.shadow(3) == T0 + 50  # nodes 3 now, 2 at job 2's limit (not its actual end)
+    assert s.shadow(2) == T0 + 100  # all four: job 1's limit
+    with pytest.raises(ValueError, match="not pending"):
+        s.shadow(0)
+    s.advance()  # job 2 ends at 20: its node is free now
+    assert s.now == T0 + 20 and s.shadow(3) == T0 + 20 and s.shadow(2) == T0 + 100
+
+
+def test_shadow_of_a_shared_node_request():
+    # 2 nodes of 64 CPUs: 40 CPUs taken on each until 30 and 60 (limits)
+    s = make([job(1, 0, 30, 1, cpus=40), job(2, 0, 60, 1, cpus=40),
+              job(3, 0, 10, 2, cpus=60), job(4, 0, 10, 1, cpus=20)], spec(2))
+    s.advance()
+    s.start(0, [0])
+    s.start(1, [1])
+    assert s.shadow(3) == T0  # 24 CPUs free on a node now
+    assert s.shadow(2) == T0 + 60  # 30 CPUs on each of both nodes: when job 2 ends
+    assert s.stats["started"] == 2  # (a query changes nothing)
+
+
 def test_start_checks_the_partition_and_shared_resources():
     sp = spec(4, gpus=8)
     sp = replace(sp, partitions={"a": sp.partitions["batch"][:2],

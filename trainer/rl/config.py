@@ -120,10 +120,15 @@ class TrainConfig:
     job by its raw score, or (``False``) the jobs that fit now first."""
     starvation_limit: float = SiteFactorRule.starvation_limit
     """The helper's starvation guard in the deployed validation (seconds of waiting
-    after which a job goes first, as ``rlsched evaluate``; 0: none)."""
+    after which a job goes first, as ``rlsched evaluate``; 0: none), and with
+    ``train_guard`` in the env's episodes too."""
     starvation_order: str = SiteFactorRule.starvation_order
     """How that guard orders the starving jobs, as the helper's ``starvation_order``:
     ``age`` (oldest first) or ``policy`` (the net's order)."""
+    train_guard: bool = False
+    """Put that guard in the env too (training and env validation episodes:
+    :attr:`trainer.env.EnvConfig.starvation_limit`), so that the agent learns behind
+    the guard it is deployed with; default off (the env without a guard)."""
     references: tuple[str, ...] = ("sjf", "fifo", "random")
     """Heuristic agents (:data:`trainer.rl.acting.AGENTS`) run once on the validation
     window, for the curves and the summary."""
@@ -179,7 +184,9 @@ class TrainConfig:
         common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                            place=self.place, reward=self.reward, fairness=self.fairness,
                            speed_model=self.speed_model, max_steps=self.max_steps,
-                           hold=self.hold)
+                           hold=self.hold,
+                           starvation_limit=self.starvation_limit if self.train_guard else 0.0,
+                           starvation_order=self.starvation_order)
         return (replace(common, episode_jobs=self.episode_jobs, warm_start=self.warm_start),
                 replace(common, episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup))
 

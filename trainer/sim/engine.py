@@ -1484,9 +1484,7 @@ class Simulator:
             if shadow < 0:
                 return None
             return shadow, idle + acc
-        st = self.state
-        ready = np.where(st.idle, t, np.maximum(st.node_end, t))
-        ready = np.where(self.cluster.part_mask[p], ready, _INF)
+        ready = self.state.ready_whole(t, self.cluster.part_mask[p])
         shadow = int(np.partition(ready, n - 1)[n - 1])
         if shadow >= _INF:
             return None
@@ -1494,44 +1492,7 @@ class Simulator:
 
     def _ready_shared(self, t: int, pm: np.ndarray, c: int, g: int, m: int) -> np.ndarray:
         """Per node, the earliest time one node's share ``(c, g, m)`` will be free."""
-        st = self.state
-        cl = self.cluster
-        ready = np.full(cl.num_nodes, _INF, dtype=np.int64)
-        now_ok = st.fit_mask(len(cl.part_names) - 1, False, c, g, m) & pm
-        ready[now_ok] = t
-        cap_ok = pm & (cl.cap_c >= c) & (cl.cap_g >= g) & (cl.cap_m >= m) & ~now_ok
-        ex = cap_ok & st.excl
-        ready[ex] = np.maximum(st.node_end[ex], t)
-        shared = cap_ok & ~st.excl & ~st.idle
-        if not shared.any():
-            return ready
-        rows = st.live_rows()
-        rows = rows[shared[st.row_node[rows]]]
-        if not rows.size:
-            return ready
-        node = st.row_node[rows]
-        end = np.maximum(st.row_end[rows], t)
-        o = np.lexsort((end, node))
-        rows, node, end = rows[o], node[o], end[o]
-        first = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
-        seg = np.diff(np.r_[first, node.size])
-
-        def seg_cumsum(x: np.ndarray) -> np.ndarray:
-            cs = np.cumsum(x)
-            base = np.repeat(cs[first] - x[first], seg)
-            out: np.ndarray = cs - base
-            return out
-
-        ok = st.free_c[node] + seg_cumsum(st.row_c[rows]) >= c
-        if g:
-            ok &= st.free_g[node] + seg_cumsum(st.row_g[rows]) >= g
-        if m:
-            ok &= st.free_m[node] + seg_cumsum(st.row_m[rows]) >= m
-        okr = np.flatnonzero(ok)
-        if okr.size:
-            u, k = np.unique(node[okr], return_index=True)
-            ready[u] = end[okr[k]]
-        return ready
+        return self.state.ready_shared(t, pm, c, g, m)
 
     def _free_at(self, nodes: np.ndarray, when: int, t: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

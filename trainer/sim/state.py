@@ -745,3 +745,54 @@ class NodeState:
         """Slots of the allocation rows of running shared-node jobs."""
         rows: np.ndarray = np.flatnonzero(self.row_alive)
         return rows
+
+    def ready_shared(self, t: int, pm: np.ndarray, c: int, g: int, m: int) -> np.ndarray:
+        """Per node, the earliest time one node's share ``(c, g, m)`` will be free.
+
+        From the running jobs' expected ends (start + time limit), at ``t`` or later;
+        nodes outside ``pm`` or too small never (:data:`BIG`). EASY backfill's shadow time
+        of a job asking for ``n`` such shares is the ``n``-th smallest.
+        """
+        cl = self.cluster
+        ready = np.full(cl.num_nodes, BIG, dtype=np.int64)
+        now_ok = self.fit_mask(len(cl.part_names) - 1, False, c, g, m) & pm
+        ready[now_ok] = t
+        cap_ok = pm & (cl.cap_c >= c) & (cl.cap_g >= g) & (cl.cap_m >= m) & ~now_ok
+        ex = cap_ok & self.excl
+        ready[ex] = np.maximum(self.node_end[ex], t)
+        shared = cap_ok & ~self.excl & ~self.idle
+        if not shared.any():
+            return ready
+        rows = self.live_rows()
+        rows = rows[shared[self.row_node[rows]]]
+        if not rows.size:
+            return ready
+        node = self.row_node[rows]
+        end = np.maximum(self.row_end[rows], t)
+        o = np.lexsort((end, node))
+        rows, node, end = rows[o], node[o], end[o]
+        first = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+        seg = np.diff(np.r_[first, node.size])
+
+        def seg_cumsum(x: np.ndarray) -> np.ndarray:
+            cs = np.cumsum(x)
+            base = np.repeat(cs[first] - x[first], seg)
+            out: np.ndarray = cs - base
+            return out
+
+        ok = self.free_c[node] + seg_cumsum(self.row_c[rows]) >= c
+        if g:
+            ok &= self.free_g[node] + seg_cumsum(self.row_g[rows]) >= g
+        if m:
+            ok &= self.free_m[node] + seg_cumsum(self.row_m[rows]) >= m
+        okr = np.flatnonzero(ok)
+        if okr.size:
+            u, k = np.unique(node[okr], return_index=True)
+            ready[u] = end[okr[k]]
+        return ready
+
+    def ready_whole(self, t: int, pm: np.ndarray) -> np.ndarray:
+        """Per node, the earliest time it will be idle (expected ends; as :meth:`ready_shared`)."""
+        ready: np.ndarray = np.where(pm, np.where(self.idle, t, np.maximum(self.node_end, t)),
+                                     BIG)
+        return ready

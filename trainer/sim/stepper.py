@@ -57,7 +57,7 @@ from .observe import nodes_raw, observe
 from .placement import PLACEMENTS, Request
 from .slurm import SchedulerOptions
 from .speed import make_speed_model
-from .state import Cluster, JobTable, NodeState
+from .state import BIG, Cluster, JobTable, NodeState
 
 __all__ = [
     "REWARDS",
@@ -494,6 +494,25 @@ class Stepper:
             self._cnt_ver[need] = st.version
         out: np.ndarray = self.jobs.nodes[rows] <= self._cnt[sh]
         return out
+
+    def shadow(self, row: int) -> int:
+        """When pending job ``row`` could start: EASY backfill's shadow time.
+
+        The earliest time enough nodes of its partition can take it if every running
+        job ends at its expected end (start + time limit), as the engine's backfill
+        reserves for its first blocked job; ``now`` when it fits now;
+        :data:`~trainer.sim.state.BIG` when it never can.
+        """
+        self._check_pending(row)
+        p, excl, c, g, m = self._sh[self._shape[row]]
+        pm = self.cluster.part_mask[p]
+        st = self.state
+        ready = (st.ready_whole(self.now, pm) if excl
+                 else st.ready_shared(self.now, pm, c, g, m))
+        n = self._nodes[row]
+        if n > ready.size:
+            return BIG
+        return int(np.partition(ready, n - 1)[n - 1])
 
     def usable(self, row: int) -> np.ndarray:
         """Nodes of job ``row``'s partition that can take one node's share of it now."""
