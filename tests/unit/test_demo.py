@@ -23,6 +23,7 @@ from trainer.demo import (  # noqa: E402
     _prepare_out,
     resolve_budget,
 )
+from trainer.guard import grid  # noqa: E402
 from trainer.sim.policies import BASELINES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     # the guard chosen on the validation period is the one the model is evaluated behind
     g = json.loads((out / "guard" / "guard.json").read_text())
     assert g["period"]["kind"] == "validation" and g["period"]["jobs"] == [140, 160]
-    assert len(g["rows"]) == 11 and g["rows"][0]["setting"]["label"] == "none"
+    assert len(g["rows"]) == 1 + len(grid()) and g["rows"][0]["setting"]["label"] == "none"
     chosen = g["rows"][g["choice"]["row"]]["setting"]
     assert run["summary"]["guard"]["starvation_limit"] == chosen["limit"] > 0
     assert data["targets"]["starvation_limit"] == chosen["limit"]
