@@ -226,6 +226,10 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--val-deployed", "val_deployed", None,
      "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, EASY"
      " backfill, in the batch engine) instead of greedy in the env."),
+    ("--val-bounds", "val_bounds", None,
+     "With --val-deployed: a checkpoint that keeps Slurm's bounds on the validation window"
+     " (p99 wait at most 10% above Slurm's, utilisation not lower) beats one that does"
+     " not, the p99 bound first, as tune-guard chooses."),
     ("--rank-all/--no-rank-all", "rank_all", None,
      "With --val-deployed: rank every pending job by its raw score (default, as the"
      " helper's rank_all), or the jobs that fit now first."),
@@ -538,7 +542,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                                  "test_jobs": data.jobs.n - spec.jobs.n}})
     _write_json(resolved, out / "config.json")
     trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
-                      meta=meta, options=data.options)
+                      meta=meta, options=data.options, priority=data.priority)
     try:
         with _echo_warnings(FlatValidationWarning):
             res = trainer.run(resume=cmd.resume)
@@ -554,9 +558,29 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                f"{res.wall_s:.0f} s; best validation {cfg.val_metric} "
                f"{res.best.get(cfg.val_metric, float('nan')):.4g} at update "
                f"{int(res.best.get('update', 0))}", err=True)
+    if "p99_ok" in res.best:
+        click.echo(bounds_note(res.best), err=True)
     click.echo(f"validation window: {summ.jobs} jobs (after the {spec.train_rows} training"
                " jobs); outputs in " + str(out), err=True)
     table(HEADERS, summ.rows())
+
+
+def bounds_note(best: dict[str, Any]) -> str:
+    """What the bounded choice (``--val-bounds``) says of its best checkpoint ``best``.
+
+    The choice ranks the p99 bound first, then utilisation, so a bound the best
+    checkpoint misses was missed by every checkpoint ranked with it.
+    """
+    p99, util = bool(best["p99_ok"]), bool(best["util_ok"])
+    if p99 and util:
+        return ("it keeps Slurm's bounds on the validation window (p99 wait, utilisation)")
+    if p99:
+        return ("it keeps Slurm's p99 wait bound on the validation window; no checkpoint"
+                " kept its utilisation there too")
+    if util:
+        return ("no checkpoint kept Slurm's p99 wait bound on the validation window; this"
+                " one keeps its utilisation")
+    return "no checkpoint kept Slurm's p99 wait or utilisation bound on the validation window"
 
 
 def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:

@@ -276,6 +276,44 @@ def test_training_writes_curves_and_checkpoints(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
+def test_bounded_validation_prefers_checkpoints_that_keep_slurms_bounds(tmp_path):
+    from trainer.rl.report import deployed_metrics, slurm_metrics
+    from trainer.rl.trainer import Trainer
+
+    spec, cfg = _short(budget_updates=4, budget_steps=None, val_deployed=True,
+                       val_warmup=12, val_bounds=True, eval_every=1)
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    vals = res.curves["val"]
+    assert [p["update"] for p in vals] == [0, 1, 2, 3, 4]
+    ref = slurm_metrics(spec, seed=cfg.seed)
+    for p in vals:  # each validation read against Slurm on the same window
+        assert p["p99_ok"] == float(p["wait_p99"] <= 1.1 * ref["wait_p99"])
+        assert p["util_ok"] == float(p["util"] >= ref["util"])
+    # the p99 bound first, then utilisation, then the lower mean bsld (the first of equals)
+    best = min(vals, key=lambda p: (-p["p99_ok"], -p["util_ok"], p["bsld_mean"]))
+    assert res.best["update"] == best["update"]
+    assert (res.best["p99_ok"], res.best["util_ok"]) == (best["p99_ok"], best["util_ok"])
+    again = deployed_metrics(spec, res.best_net, seed=cfg.seed,
+                             starvation_limit=cfg.starvation_limit)
+    assert again["bsld_mean"] == best["bsld_mean"]
+    # the rule by hand: kept bounds first, then the lower mean bsld
+    t = Trainer(spec, cfg)
+
+    def held(p99_ok: float, util_ok: float) -> dict[str, float]:
+        return {"bsld_mean": 2.0, "p99_ok": p99_ok, "util_ok": util_ok}
+
+    assert t._beats(9.0, (1.0, 1.0), held(1.0, 0.0))  # both bounds beat p99 alone
+    assert t._beats(9.0, (1.0, 0.0), held(0.0, 1.0))  # p99 alone beats utilisation alone
+    assert t._beats(9.0, (0.0, 1.0), held(0.0, 0.0))
+    assert not t._beats(1.0, (1.0, 0.0), held(1.0, 1.0))
+    assert not t._beats(1.0, (0.0, 1.0), held(1.0, 0.0))
+    assert t._beats(1.0, (1.0, 1.0), held(1.0, 1.0))  # alike: the lower mean bsld
+    assert not t._beats(3.0, (0.0, 0.0), held(0.0, 0.0))
+    assert t._beats(1.0, None, {"bsld_mean": 2.0})  # without val_bounds: the metric
+    with pytest.raises(ValueError, match="val_bounds needs val_deployed"):
+        TrainConfig(val_bounds=True)
+
+
 def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     from trainer.rl.report import deployed_metrics
 
@@ -676,6 +714,28 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     assert flags["last.pt"] == flags["imitation.pt"]  # kept through the resume
     res = _invoke("train", "rl", *common, "--budget", "2u", "--resume", "--algo", "dqn")
     assert res.exit_code != 0 and "other settings" in res.output
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp_path):
+    from trainer.cli_train import bounds_note
+
+    out = tmp_path / "run"
+    res = _invoke("train", "all", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
+                  "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs",
+                  "16", "--epochs", "1", "--max-decisions", "200", "--budget", "1u",
+                  "--algo-opt", "episodes=2", "--val-deployed", "--val-bounds")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    best = json.loads((out / "summary.json").read_text())["best"]
+    assert {best["p99_ok"], best["util_ok"]} <= {0.0, 1.0}
+    assert bounds_note(best) in res.output
+    assert json.loads((out / "config.json").read_text())["train"]["val_bounds"] is True
+    notes = {bounds_note({"p99_ok": p, "util_ok": u}) for p in (0, 1) for u in (0, 1)}
+    assert len(notes) == 4
+    assert "keeps Slurm's bounds" in bounds_note({"p99_ok": 1.0, "util_ok": 1.0})
+    res = _invoke("train", "all", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "bad"), "--budget", "1u", "--val-bounds")
+    assert res.exit_code != 0 and "val_bounds needs val_deployed" in res.output
 
 
 def test_checkpoints_record_whether_the_placement_head_was_trained(tmp_path):

@@ -115,6 +115,14 @@ class TrainConfig:
     backfill: :func:`trainer.rl.report.deployed_metrics`) instead of greedy in the env
     (where it picks which fitting job starts): the best checkpoint is then the best
     deployed one. Costs an engine replay of the validation window per validation."""
+    val_bounds: bool = False
+    """With ``val_deployed``: a checkpoint that keeps the Slurm baseline's bounds on the
+    validation window (p99 wait at most ``val_p99_slack`` above Slurm's, utilisation not
+    lower: the quality targets' bounds) beats one that does not, the p99 bound first (as
+    ``rlsched tune-guard`` keeps them: utilisation is dropped first); among checkpoints
+    alike, the better ``val_metric`` wins."""
+    val_p99_slack: float = 0.10
+    """The p99 bound of ``val_bounds``: this share above Slurm's p99 wait."""
     rank_all: bool = True
     """How the deployed validation ranks the queue, as the helper's ``rank_all``: every
     job by its raw score, or (``False``) the jobs that fit now first."""
@@ -166,6 +174,9 @@ class TrainConfig:
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
         _need(not (self.val_deployed and self.val_metric == "reward_sum"), c,
               "val_deployed has no reward_sum: pick another val_metric")
+        _need(not self.val_bounds or self.val_deployed, c,
+              "val_bounds needs val_deployed (the bounds are read in the batch engine)")
+        _need(self.val_p99_slack >= 0, c, "val_p99_slack must be >= 0")
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         check_starvation_order(self.starvation_order)

@@ -36,7 +36,8 @@ from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, run_group
 
-__all__ = ["HEADERS", "Summary", "deployed_metrics", "history_before", "summarize"]
+__all__ = ["HEADERS", "Summary", "deployed_metrics", "history_before", "slurm_metrics",
+           "summarize"]
 
 #: Columns of :meth:`Summary.rows`.
 HEADERS = ("policy", "jobs", "bsld mean", "wait mean (s)", "wait p99 (s)", "JCT mean (s)",
@@ -66,25 +67,49 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     ``place``: the net's placement head places the jobs, else the scheduler's placement
     (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
     Keys are the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either
-    can pick the best checkpoint.
+    can pick the best checkpoint, plus ``wait_p99`` and ``util`` (GPUs, or nodes without
+    GPUs, as the quality targets read it).
     """
-    from ..evaluate import restrict
-
     opts = options or SchedulerOptions()
-    lo = spec.train_rows
-    size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
-    warm = min(lo, spec.eval.warmup_jobs)
-    jobs = window(spec.jobs, lo - warm, min(spec.jobs.n, lo + size), shift=False)
+    jobs, lo, warm = _val_window(spec)
     r = _replay_deployed(spec, net, jobs, lo - warm, replace(opts, backfill=backfill),
                          EngineOptions(seed=seed, speed_model=spec.eval.speed_model),
                          rank_all=rank_all, place=place, starvation_limit=starvation_limit,
                          starvation_order=starvation_order)
+    return _window_metrics(r, warm)
+
+
+def slurm_metrics(spec: EnvSpec, *, options: SchedulerOptions | None = None,
+                  priority: PrioritySettings | None = None, seed: int = 0
+                  ) -> dict[str, float]:
+    """The Slurm baseline on the window :func:`deployed_metrics` replays, the same keys.
+
+    The reference of the bounded checkpoint choice (``TrainConfig.val_bounds``).
+    """
+    jobs, lo, warm = _val_window(spec)
+    pol, o = BASELINES["slurm"].build(priority, options or SchedulerOptions())
+    r = Simulator(jobs, spec.cluster, pol, o,
+                  EngineOptions(seed=seed, speed_model=spec.eval.speed_model)).run()
+    return _window_metrics(r, warm)
+
+
+def _val_window(spec: EnvSpec) -> tuple[JobTable, int, int]:
+    """The validation window with its warm-up jobs first: ``(jobs, first row, warm-up)``."""
+    lo = spec.train_rows
+    size = int(spec.eval.episode_jobs or (spec.jobs.n - lo))
+    warm = min(lo, spec.eval.warmup_jobs)
+    return window(spec.jobs, lo - warm, min(spec.jobs.n, lo + size), shift=False), lo, warm
+
+
+def _window_metrics(r: SimResult, warm: int) -> dict[str, float]:
+    from ..evaluate import _util, restrict
+
     m = metrics.compute(restrict(r, warm))
     return {"jobs": float(m["jobs"]), "bsld_mean": float(m["bsld"]["mean"]),
             "wait_mean": float(m["wait_s"]["mean"]), "jct_mean": float(m["jct_s"]["mean"]),
             "effectiveness_mean": float(m["execution_effectiveness"]),
             "jain_bsld": float(m["fairness"]["jain_bsld"]),
-            "wait_p99": float(m["wait_s"]["p99"])}
+            "wait_p99": float(m["wait_s"]["p99"]), "util": _util(m)}
 
 
 def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,

@@ -80,7 +80,7 @@ from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
 from .algorithms import ALGORITHMS, Algorithm, TaskMaker
 from .config import VAL_METRICS, AlgoConfig, TrainConfig
 from .curves import plot_curves, write_curves
-from .report import deployed_metrics
+from .report import deployed_metrics, slurm_metrics
 from .workers import RolloutPool, make_pool
 
 __all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "TrainResult", "Trainer",
@@ -205,6 +205,8 @@ class Trainer:
         meta: JSON-able metadata saved in the checkpoints.
         options: Scheduler options of the deployed validation (``val_deployed``;
             Slurm's defaults if ``None``).
+        priority: Priority settings of the Slurm baseline the bounded choice reads
+            (``val_bounds``; Slurm's defaults if ``None``).
 
     Raises:
         KeyError: If the algorithm is unknown.
@@ -215,7 +217,8 @@ class Trainer:
                  init: PolicyNet | str | os.PathLike[str] | None = None,
                  out: str | os.PathLike[str] | None = None,
                  meta: dict[str, Any] | None = None,
-                 options: SchedulerOptions | None = None) -> None:
+                 options: SchedulerOptions | None = None,
+                 priority: PrioritySettings | None = None) -> None:
         try:
             self.algo_cls = ALGORITHMS[config.algo]
         except KeyError:
@@ -237,6 +240,8 @@ class Trainer:
                        and place_head_trained(load_checkpoint(init).extra))
         self.meta[PLACE_TRAINED] = bool(self.cfg.place or started)
         self.options = options
+        self.priority = priority
+        self._slurm_val: dict[str, float] | None = None
 
     # ------------------------------------------------------------------ helpers
     def _config_dict(self) -> dict[str, Any]:
@@ -411,19 +416,48 @@ class Trainer:
                                  starvation_order=self.cfg.starvation_order,
                                  place=self.meta[PLACE_TRAINED])
             v = float(m[self.cfg.val_metric])
+            if self.cfg.val_bounds:
+                m.update(self._bounds_kept(m))
         else:
             t = pool.run(net, [[self._val_task()]])[0][0]
             m, v = dict(t.metrics), self._metric(t)
         curves["val"].append({"update": updates, "steps": steps, **m,
                               self.cfg.val_metric: v, "wall_s": time.perf_counter() - wall0})
         key = self.cfg.val_metric
-        if not best or self._better(v, best[key]):
+        kept = _kept(m)
+        if not best or self._beats(v, kept, best):
             best = {"update": updates, "steps": steps, key: v}
+            if kept is not None:
+                best["p99_ok"], best["util_ok"] = kept
             best_state = {k: x.detach().clone() for k, x in net.state_dict().items()}
             if self.out is not None:
                 save_checkpoint(self.out / BEST_FILE, net, norm=self.spec.norm, extra={
                     **self.meta, "config": self._config_dict(), **best})
         return best, best_state
+
+    def _beats(self, v: float, kept: tuple[float, float] | None,
+               best: Mapping[str, float]) -> bool:
+        """A validation of ``v`` beats ``best``.
+
+        ``kept``: which of the Slurm baseline's bounds it kept (``(p99_ok, util_ok)``,
+        ``None``: not read). With ``val_bounds`` a checkpoint that keeps the p99 bound
+        beats one that does not, then one that keeps utilisation too (the bounds drop
+        as ``rlsched tune-guard`` drops them: utilisation first); among checkpoints
+        alike, the better ``val_metric`` wins.
+        """
+        held = _kept(best)
+        if kept is not None and held is not None and kept != held:
+            return kept > held
+        return self._better(v, best[self.cfg.val_metric])
+
+    def _bounds_kept(self, m: Mapping[str, float]) -> dict[str, float]:
+        """Which of the Slurm baseline's bounds the deployed metrics ``m`` keep (1.0: kept)."""
+        if self._slurm_val is None:
+            self._slurm_val = slurm_metrics(self.spec, options=self.options,
+                                            priority=self.priority, seed=self.cfg.seed)
+        s = self._slurm_val
+        return {"p99_ok": float(m["wait_p99"] <= (1 + self.cfg.val_p99_slack) * s["wait_p99"]),
+                "util_ok": float(m["util"] >= s["util"])}
 
     # ------------------------------------------------------------------ state
     def _save_state(self, net: PolicyNet, algo: Algorithm, rng: np.random.Generator,
@@ -471,3 +505,10 @@ def train(spec: EnvSpec, config: TrainConfig | None = None,
           meta: dict[str, Any] | None = None) -> TrainResult:
     """Train a policy (see :class:`Trainer`)."""
     return Trainer(spec, config or TrainConfig(), algo_config, init, out, meta).run(resume)
+
+
+def _kept(m: Mapping[str, float]) -> tuple[float, float] | None:
+    """``(p99_ok, util_ok)`` of a validation or best checkpoint; ``None``: not read."""
+    if "p99_ok" not in m:
+        return None
+    return m["p99_ok"], m["util_ok"]
