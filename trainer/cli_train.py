@@ -240,6 +240,9 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "With --val-deployed or --train-guard: how that guard orders the starving jobs, as"
      " the helper's starvation_order: age (oldest first, default) or policy (the net's"
      " order)."),
+    ("--score-resolution", "score_resolution", click.FloatRange(min=0),
+     "With --val-deployed: round the net's scores to multiples of this, as the helper's"
+     " score_resolution (jobs scored that close tie, the older first; default 0: exact)."),
     ("--train-guard/--no-train-guard", "train_guard", None,
      "Train behind that guard too: in the env, starving jobs start first and the others"
      " only around the oldest one's reservation, as the helper deploys the net (default:"

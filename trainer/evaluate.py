@@ -86,7 +86,13 @@ from typing import Any
 import click
 import numpy as np
 
-from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule, check_starvation_order
+from slurm_plugin.helper.decide import (
+    STARVATION_ORDERS,
+    SiteFactorRule,
+    check_score_resolution,
+    check_starvation_order,
+    quantize,
+)
 from slurm_plugin.model import place_head_trained
 
 from . import confidence
@@ -104,8 +110,11 @@ __all__ = [
     "TABLE_HEADERS",
     "EvalConfig",
     "EvalResult",
+    "Quantized",
     "Split",
+    "StarvationGuard",
     "annotate",
+    "as_deployed",
     "check_targets",
     "evaluate",
     "evaluate_command",
@@ -158,6 +167,10 @@ class EvalConfig:
     """How the guard orders the starving jobs among themselves, as the helper's
     ``starvation_order``: ``age`` (oldest first, the default) or ``policy`` (the
     policy's order) (:data:`slurm_plugin.helper.decide.STARVATION_ORDERS`)."""
+    score_resolution: float = 0.0
+    """The learned policies' scores are rounded to multiples of this, as the helper's
+    ``score_resolution`` rounds them (:class:`Quantized`): jobs scored that close tie
+    and the older goes first; 0 (default): exact scores."""
     guard_heuristics: bool = False
     """Replay every baseline but ``slurm`` behind the same starvation guard as the
     learned policies (``starvation_limit``, ``starvation_order``), so that "below the
@@ -201,6 +214,7 @@ class EvalConfig:
             raise ValueError(f"unknown baselines {unknown}: {sorted(BASELINES)}")
         if SLURM not in self.baselines:
             raise ValueError("EvalConfig.baselines must include 'slurm' (the targets' reference)")
+        check_score_resolution(self.score_resolution)
         if self.policy_placement != "policy" and self.policy_placement not in PLACEMENTS:
             raise ValueError(f"policy_placement must be 'policy' or one of {sorted(PLACEMENTS)},"
                              f" not {self.policy_placement!r}")
@@ -355,6 +369,52 @@ def follower(pol: Policy) -> Callable[[Any], None] | None:
     return None
 
 
+class Quantized(Policy):
+    """A policy's scores rounded as the helper rounds them (its ``score_resolution``).
+
+    Jobs scored closer than ``resolution`` may tie, and the engine breaks ties by
+    arrival, as Slurm's age factor breaks the helper's
+    (:func:`slurm_plugin.helper.decide.quantize`).
+
+    Args:
+        inner: The policy whose scores are rounded.
+        resolution: The rounding step (> 0).
+    """
+
+    def __init__(self, inner: Policy, resolution: float) -> None:
+        check_score_resolution(resolution)
+        super().__init__(inner.settings, inner.placement)
+        self.inner = inner
+        self.resolution = float(resolution)
+        self.dynamic = inner.dynamic
+        self.uses_usage = inner.uses_usage
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The inner scores, rounded."""
+        return quantize(self.inner.score(jobs, idx, ctx), self.resolution)
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The inner policy's placement."""
+        return self.inner.place(cluster, state, usable, req, leaf_counts)
+
+    def bind(self, sim: Any) -> None:
+        """Bind the inner policy (:meth:`Policy.bind`)."""
+        self.inner.bind(sim)
+
+
+def as_deployed(pol: Policy, *, score_resolution: float = 0.0, starvation_limit: float = 0.0,
+                starvation_order: str = "age") -> Policy:
+    """``pol`` as the helper deploys it: its scores rounded, then the starvation guard.
+
+    ``score_resolution`` 0: exact scores; ``starvation_limit`` 0: no guard.
+    """
+    out = Quantized(pol, score_resolution) if score_resolution > 0 else pol
+    if starvation_limit > 0:
+        out = StarvationGuard(out, starvation_limit, starvation_order)
+    return out
+
+
 class StarvationGuard(Policy):
     """A policy's order with the helper's starvation guard in front.
 
@@ -440,7 +500,8 @@ class FixedPlacement(Policy):
 def load_policy(path: str | os.PathLike[str], *, history: Any = None,
                 placement: str = "policy", rank_all: bool = True,
                 settings: PrioritySettings | None = None,
-                starvation_limit: float = 0.0, starvation_order: str = "age") -> Policy:
+                starvation_limit: float = 0.0, starvation_order: str = "age",
+                score_resolution: float = 0.0) -> Policy:
     """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
 
     Args:
@@ -456,6 +517,8 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         starvation_limit: Seconds of waiting after which a job goes first
             (:class:`StarvationGuard`); 0: no guard.
         starvation_order: How the guard orders the starving jobs (``age``, ``policy``).
+        score_resolution: The scores are rounded to multiples of this first
+            (:class:`Quantized`, the helper's ``score_resolution``); 0: exact.
 
     Raises:
         ValueError: If the file is not a checkpoint nor a valid model (with the reason).
@@ -483,9 +546,8 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
     if placement == "policy" and not place_head_trained(meta):
         placement = "tree"  # (the head was not trained to place: Slurm's placement)
     out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
-    if starvation_limit > 0:
-        out = StarvationGuard(out, starvation_limit, starvation_order)
-    return out
+    return as_deployed(out, score_resolution=score_resolution,
+                       starvation_limit=starvation_limit, starvation_order=starvation_order)
 
 
 # ---------------------------------------------------------------------------- targets
@@ -960,7 +1022,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             return load_policy(m, history=history, placement=cfg.policy_placement,
                                rank_all=cfg.rank_all, settings=prio,
                                starvation_limit=cfg.starvation_limit,
-                               starvation_order=cfg.starvation_order), opts
+                               starvation_order=cfg.starvation_order,
+                               score_resolution=cfg.score_resolution), opts
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
@@ -1001,6 +1064,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     if targets is not None and first is not None:  # how the checked model ran
         targets["starvation_limit"], targets["starvation_order"] = guard[first]
         targets["heuristics_guarded"] = any(guard[n][0] > 0 for n in ms if n not in models)
+        targets["score_resolution"] = cfg.score_resolution
         targets["setup"] = guard_setup(targets)
         annotate(targets, per_job, cfg, seed=seed)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
@@ -1087,13 +1151,15 @@ def guard_setup(targets: Mapping[str, Any]) -> str:
     limit = targets.get("starvation_limit")
     if limit is None:
         return ""
+    res = targets.get("score_resolution") or 0.0
+    rounded = f" (scores rounded to {res:g})" if res else ""
     if not limit:
-        return f"{targets['policy']} without a starvation guard"
+        return f"{targets['policy']}{rounded} without a starvation guard"
     order = targets.get("starvation_order") or "age"
     days = f"{limit / 86400:g} day{'' if limit == 86400 else 's'}"
     others = ("the other baselines behind the same guard, slurm as configured"
               if targets.get("heuristics_guarded") else "baselines unguarded")
-    return (f"{targets['policy']} behind the helper's starvation guard at {days},"
+    return (f"{targets['policy']}{rounded} behind the helper's starvation guard at {days},"
             f" starving jobs in {order} order, {others}")
 
 
@@ -1162,6 +1228,10 @@ def _eval_options(fn: Any) -> Any:
                      help="How the guard orders the starving jobs among themselves, as the"
                           " helper's starvation_order: age (oldest first, default) or"
                           " policy (the model's order)."),
+        click.option("--score-resolution", type=click.FloatRange(0),
+                     help="Round the models' scores to multiples of this, as the helper's"
+                          " score_resolution: jobs scored that close tie and the older"
+                          " goes first (default 0: exact scores)."),
         click.option("--guard-heuristics/--no-guard-heuristics", default=None,
                      help="Replay the baselines (but slurm) behind the same starvation"
                           " guard as the models, so that 'below the best heuristic'"
@@ -1192,7 +1262,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      warmup: float | None, policy_placement: str | None,
                      locality_targets: bool | None, rank_all: bool | None,
                      starvation_limit: float | None, starvation_order: str | None,
-                     guard_heuristics: bool | None,
+                     guard_heuristics: bool | None, score_resolution: float | None,
                      windows: int | None, resamples: int | None,
                      **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
@@ -1215,7 +1285,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                             "locality_targets": locality_targets, "rank_all": rank_all,
                             "starvation_limit": starvation_limit,
                             "starvation_order": starvation_order,
-                            "guard_heuristics": guard_heuristics, "windows": windows,
+                            "guard_heuristics": guard_heuristics,
+                            "score_resolution": score_resolution, "windows": windows,
                             "resamples": resamples}
     try:
         cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})

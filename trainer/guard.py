@@ -151,6 +151,8 @@ class GuardSweep:
         max_wait_slack: The longest wait's bound's slack over Slurm's (``None``: not
             bounded; the rows then carry no ``max_ok``).
         choice: Index in ``rows`` of the chosen setting (:func:`choose`) and why.
+        score_resolution: The model's scores were rounded to multiples of this in every
+            replay (the helper's ``score_resolution``; 0: exact).
     """
 
     period: tuple[int, int]
@@ -159,6 +161,7 @@ class GuardSweep:
     p99_slack: float
     max_wait_slack: float | None = None
     choice: tuple[int, str] | None = None
+    score_resolution: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -166,6 +169,7 @@ class GuardSweep:
         return {"period": {"jobs": list(self.period), "kind": "validation"},
                 "slurm": self.slurm, "p99_slack": self.p99_slack,
                 "max_wait_slack": self.max_wait_slack,
+                "score_resolution": self.score_resolution,
                 "rows": [{**r, "setting": {"limit": r["setting"].limit,
                                            "order": r["setting"].order,
                                            "label": r["setting"].label}}
@@ -279,7 +283,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
                                        if slurm["bsld_mean"] > 0 else float("nan"))})
         if max_wait_slack is not None:
             rows[-1]["max_ok"] = fig["wait_max"] <= (1 + max_wait_slack) * slurm["wait_max"]
-    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack, max_wait_slack)
+    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack, max_wait_slack,
+                     score_resolution=cfg.score_resolution)
     out.choice = choose(out.rows)
     return out
 
@@ -387,6 +392,10 @@ def print_sweep(res: GuardSweep) -> None:
     click.echo(f"chosen (*): {res.choice[1]}. In /etc/rlsched/helper.toml:")
     click.echo(f"  starvation_limit = {v['starvation_limit']:.1f}")
     click.echo(f"  starvation_order = \"{v['starvation_order']}\"")
+    res_opt = ""
+    if res.score_resolution:
+        click.echo(f"  score_resolution = {res.score_resolution:g}")
+        res_opt = f" --score-resolution {res.score_resolution:g}"
     r = res.rows[res.choice[0]]
     if not r["bsld_vs_slurm"] < 1:
         click.echo(f"warning: behind this guard the model's mean bounded slowdown is"
@@ -394,7 +403,7 @@ def print_sweep(res: GuardSweep) -> None:
                    " enforce it (keep the helper in shadow mode, retrain on more history)")
     click.echo("then judge it on the test period: rlsched evaluate MODEL"
                f" --starvation-limit {_seconds(v['starvation_limit'])}"
-               f" --starvation-order {v['starvation_order']} (same input options)")
+               f" --starvation-order {v['starvation_order']}{res_opt} (same input options)")
 
 
 def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
@@ -468,6 +477,9 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
 @click.option("--max-wait-slack", type=click.FloatRange(0),
               help="Also keep the longest wait within this share above Slurm's (e.g."
                    " 0.5; default: not bounded).")
+@click.option("--score-resolution", type=click.FloatRange(0), default=0.0,
+              help="Round the model's scores to multiples of this in every replay, as the"
+                   " helper's score_resolution (default 0: exact scores).")
 @click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
                                                               max_open=True),
               help="Share of the jobs (first by arrival) that trained (default 0.7).")
@@ -478,7 +490,8 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
                    " the validation period, not counted (default 0.1).")
 @_input_options
 def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: float,
-               max_wait_slack: float | None, train_share: float | None,
+               max_wait_slack: float | None, score_resolution: float,
+               train_share: float | None,
                val_share: float | None, warmup: float | None, json_: bool | None,
                **kwargs: Any) -> None:
     """Choose the helper's starvation guard on your own history.
@@ -501,7 +514,8 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup}
     try:
-        cfg = EvalConfig(p99_slack=p99_slack, **{k: v for k, v in over.items()
+        cfg = EvalConfig(p99_slack=p99_slack, score_resolution=score_resolution,
+                         **{k: v for k, v in over.items()
                                                  if v is not None})
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -22,7 +22,13 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .decide import MAPPINGS, STARVATION_ORDERS, SiteFactorRule, check_starvation_order
+from .decide import (
+    MAPPINGS,
+    STARVATION_ORDERS,
+    SiteFactorRule,
+    check_score_resolution,
+    check_starvation_order,
+)
 
 __all__ = [
     "DEFAULT_PATH",
@@ -125,6 +131,12 @@ class HelperConfig:
                                  " model's order: less loss on a loaded machine, longer"
                                  " longest waits; 'rank' mapping only).",
                                  choices=STARVATION_ORDERS)
+    score_resolution: float = _key(0.0, "Scores closer than this (in logits) are equals:"
+                                   " the scores are rounded to multiples of it and"
+                                   " Slurm's own factors (age first) order the jobs that"
+                                   " tie (0: exact scores). Use the value the model was"
+                                   " validated with (rlsched evaluate/tune-guard/train rl"
+                                   " --score-resolution).")
     max_changes: int = _key(500, "SiteFactor updates issued per cycle, at most (head of"
                             " the queue first; the rest follow in later cycles).")
     steering: str = _key("reqnodes", "How the helper steers jobs to the chosen node sets:"
@@ -168,7 +180,8 @@ class HelperConfig:
             lo=self.band_lo, hi=self.band_hi, mapping=self.mapping,
             logit_scale=self.logit_scale, logit_center=self.logit_center,
             hysteresis=self.hysteresis, starvation_limit=self.starvation_limit,
-            max_changes=self.max_changes, starvation_order=self.starvation_order)
+            max_changes=self.max_changes, starvation_order=self.starvation_order,
+            score_resolution=self.score_resolution)
 
     def validate(self) -> HelperConfig:
         """Check every value; return ``self``.
@@ -199,6 +212,7 @@ class HelperConfig:
             raise ConfigError(f"metrics_port must be at most 65535 (got {self.metrics_port})")
         try:
             check_starvation_order(self.starvation_order, self.mapping)
+            check_score_resolution(self.score_resolution)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if not 0.0 <= self.logit_center <= 1.0:

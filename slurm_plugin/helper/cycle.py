@@ -394,11 +394,12 @@ class Helper:
         if obs.n_jobs and obs.n_nodes:
             t2 = time.perf_counter()
             mask = np.ones(obs.n_jobs, dtype=bool) if cfg.rank_all else None
-            scores = scorer.score(obs, job_mask=mask)[:-1]
+            rule = cfg.rule()
+            scores = decide.quantize(scorer.score(obs, job_mask=mask)[:-1],
+                                     rule.score_resolution)
             timings["score"] = time.perf_counter() - t2
 
             t3 = time.perf_counter()
-            rule = cfg.rule()
             waited = np.maximum(now - jobs_raw.eligible, 0).astype(np.float64)
             order = decide.policy_order(scores, jobs_raw.eligible, jobs_raw.job_id)
             values, starving = decide.targets(scores, waited, rule)

@@ -20,6 +20,17 @@ counting. Two mappings (:data:`MAPPINGS`):
 Masked jobs (logit ``-1e9``) get ``lo`` with ``logit`` and tie at the bottom with
 ``rank``.
 
+**Score resolution.** With ``score_resolution`` > 0 the scores are first rounded to
+multiples of it (:func:`quantize`): jobs the policy scores that close are equals, and
+Slurm's own factors (age first) order them, as they order exact ties. A net that orders
+by one estimate ties every job with the same estimate, and those ties break by age;
+without a resolution, any small change to the net (a few RL steps) breaks them by
+whatever else it reads. Measured on Theta's validation period (2,338 jobs, behind a
+14-day guard) with a net ordering by ``sef``'s estimate alone: noise of 1e-3 on its job
+head moves the mean bounded slowdown from 5.64 to 6.57-6.59 and drops utilisation below
+Slurm's; with a resolution of 0.2 the same nets give 5.53-5.74, utilisation kept.
+Default 0 (exact scores).
+
 **Starvation guard.** A job that has waited (since eligible, else since submitted) longer
 than ``starvation_limit`` seconds goes above every job that has not, whatever the policy
 says. How the starving jobs are ordered among themselves is ``starvation_order``
@@ -60,6 +71,7 @@ from ..placement import Candidates, candidates
 __all__ = [
     "MAPPINGS",
     "STARVATION_ORDERS",
+    "check_score_resolution",
     "check_starvation_order",
     "Choice",
     "SiteChange",
@@ -67,6 +79,7 @@ __all__ = [
     "logit_values",
     "plan_site_factors",
     "policy_order",
+    "quantize",
     "rank_values",
     "steer",
     "starving_first",
@@ -93,6 +106,8 @@ class SiteFactorRule:
         starvation_order: How starving jobs are ordered among themselves, a key of
             :data:`STARVATION_ORDERS`.
         max_changes: Site factor changes issued per cycle, at most.
+        score_resolution: Scores are rounded to multiples of this before anything else
+            (:func:`quantize`); 0: exact.
     """
 
     lo: int = 0
@@ -104,10 +119,12 @@ class SiteFactorRule:
     starvation_limit: float = 2 * 86400.0
     max_changes: int = 500
     starvation_order: str = "age"
+    score_resolution: float = 0.0
 
     def __post_init__(self) -> None:
         if self.lo >= self.hi:
             raise ValueError(f"band_lo ({self.lo}) must be below band_hi ({self.hi})")
+        check_score_resolution(self.score_resolution)
         if self.mapping not in MAPPINGS:
             raise ValueError(f"unknown mapping {self.mapping!r}: use one of {sorted(MAPPINGS)}")
         check_starvation_order(self.starvation_order, self.mapping)
@@ -165,6 +182,25 @@ MAPPINGS: dict[str, Callable[[np.ndarray, SiteFactorRule], np.ndarray]] = {
     "rank": rank_values,
     "logit": logit_values,
 }
+
+
+def check_score_resolution(resolution: float) -> None:
+    """Raise ``ValueError`` unless ``resolution`` is a finite number >= 0."""
+    if not (np.isfinite(resolution) and resolution >= 0):
+        raise ValueError(f"score_resolution must be a finite number >= 0 (got {resolution})")
+
+
+def quantize(scores: np.ndarray, resolution: float) -> np.ndarray:
+    """``scores`` rounded to the nearest multiple of ``resolution`` (module docstring).
+
+    Masked scores (at or below ``-1e8``) and a ``resolution`` of 0 leave the scores as
+    they are; rounding keeps their order, only jobs closer than ``resolution`` may tie.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if resolution <= 0 or s.size == 0:
+        return s
+    out: np.ndarray = np.where(s > _MASKED_BELOW, np.round(s / resolution) * resolution, s)
+    return out
 
 
 def policy_order(scores: np.ndarray, eligible: np.ndarray, job_ids: np.ndarray) -> np.ndarray:

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..features import JOB_FEATURES, JobsRaw, NodesRaw, Normalisation, featurize
 from ..scorer import OnnxScorer
-from .decide import MAPPINGS, SiteFactorRule
+from .decide import MAPPINGS, SiteFactorRule, quantize
 
 __all__ = [
     "MAX_REQUEST",
@@ -171,7 +171,8 @@ def advise(ctx: HintContext, req: HintRequest, user: str | None = None) -> int:
     j = ctx.scores.size
     jobs[0, _ARRIVAL_RANK] = j / (j + 1)  # the newest job of J + 1
     obs = replace(obs, jobs=jobs, globals=ctx.globals)
-    score = ctx.scorer.score(obs, job_mask=np.ones(1, dtype=bool))[0]
+    score = quantize(ctx.scorer.score(obs, job_mask=np.ones(1, dtype=bool))[:1],
+                     ctx.rule.score_resolution)  # (as the cycle rounds the queue's)
     values = MAPPINGS[ctx.rule.mapping](np.append(ctx.scores, score), ctx.rule)
     return int(np.clip(values[-1], ctx.rule.lo, ctx.rule.hi))
 

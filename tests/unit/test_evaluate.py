@@ -654,6 +654,43 @@ def test_starvation_limit_reaches_the_models(tiny_checkpoint):
         EvalConfig(starvation_order="oldest")
 
 
+def test_score_resolution_rounds_the_models_scores_as_the_helper_does(tiny_checkpoint):
+    from trainer.evaluate import Quantized, StarvationGuard, guard_setup, load_policy
+    from trainer.sim.policies import ScoreContext
+
+    jobs, cl = _table(6)
+    inner = make_policy("sjf")  # scores -limit
+    q = Quantized(inner, 1000.0)
+    idx = np.arange(6)
+    ctx = ScoreContext(int(jobs.eligible[0]), cl, NodeState(cl), np.zeros(1),
+                       np.random.default_rng(0), None)
+    want = inner.score(jobs, idx, ctx)
+    np.testing.assert_array_equal(q.score(jobs, idx, ctx), np.round(want / 1000.0) * 1000.0)
+    assert q.placement == inner.placement and q.dynamic == inner.dynamic
+    with pytest.raises(ValueError, match="score_resolution"):
+        Quantized(inner, -1.0)
+    with pytest.raises(ValueError, match="score_resolution"):
+        EvalConfig(score_resolution=-1.0)
+    # the rounding sits inside the guard, as in the helper; 0 adds nothing
+    pol = load_policy(tiny_checkpoint, starvation_limit=60.0, score_resolution=0.5)
+    assert isinstance(pol, StarvationGuard) and isinstance(pol.inner, Quantized)
+    assert not isinstance(load_policy(tiny_checkpoint), Quantized)
+    # a resolution coarser than every score difference ties all jobs: the net's order
+    # is then arrival order, and its replay is FIFO with EASY backfill, exactly
+    jobs, cl = _table(150, interarrival=5.0)  # a queue builds up
+    cfg = EvalConfig(baselines=("slurm", "fifo"), starvation_limit=0.0, resamples=0,
+                     policy_placement="tree")
+    exact = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    tied = evaluate(jobs, cl, {"net": tiny_checkpoint},
+                    dataclasses.replace(cfg, score_resolution=1e6))
+    assert tied.metrics["net"]["wait_s"] == tied.metrics["fifo"]["wait_s"]
+    assert tied.metrics["net"]["bsld"] == tied.metrics["fifo"]["bsld"]
+    assert exact.metrics["net"]["wait_s"] != exact.metrics["fifo"]["wait_s"]
+    assert tied.targets is not None and tied.targets["score_resolution"] == 1e6
+    assert "scores rounded to 1e+06" in guard_setup(tied.targets)
+    assert exact.targets is not None and "rounded" not in guard_setup(exact.targets)
+
+
 def test_guard_heuristics_replays_the_baselines_behind_the_models_guard():
     from trainer.evaluate import StarvationGuard, guard_setup, print_targets
 

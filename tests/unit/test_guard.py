@@ -143,14 +143,19 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
         sweep(jobs, cl, tiny_checkpoint, settings, EvalConfig(val=0.0))
 
 
+def _tune(model, out, *extra):
+    """``rlsched tune-guard`` on Lublin's first 300 jobs, 1 h and 2 d in age order."""
+    r = CliRunner().invoke(cli.main, [
+        "tune-guard", str(model), "--trace", str(LUBLIN), "--limit", "300",
+        "--limits", "1h,2d", "--orders", "age", *extra, "--out", str(out)])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    return r
+
+
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (shared traces)")
 def test_tune_guard_command(tmp_path, tiny_checkpoint):
     out = tmp_path / "g"
-    r = CliRunner().invoke(cli.main, [
-        "tune-guard", str(tiny_checkpoint), "--trace", str(LUBLIN), "--limit", "300",
-        "--limits", "1h,2d", "--orders", "age", "--max-wait-slack", "0.5",
-        "--out", str(out)])
-    assert r.exit_code == 0, r.output + repr(r.exception)
+    r = _tune(tiny_checkpoint, out, "--max-wait-slack", "0.5")
     assert "validation period: jobs 210..239 (30 jobs)" in r.output
     assert "longest-wait bound: Slurm's + 50%" in r.output
     assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
@@ -164,6 +169,14 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert ("warning: behind this guard" in r.output) == worse  # (an untrained net)
     pytest.importorskip("matplotlib")
     assert (out / "guard.png").stat().st_size > 1000
+    # with a score resolution: every replay rounds the scores, the helper lines say so
+    rounded = tmp_path / "r"
+    r = _tune(tiny_checkpoint, rounded, "--score-resolution", "1e6")
+    assert "score_resolution = 1e+06" in r.output and "--score-resolution 1e+06" in r.output
+    tied = json.loads((rounded / "guard.json").read_text())
+    assert tied["score_resolution"] == 1e6 and data["score_resolution"] == 0.0
+    # every score ties: the model replays in arrival order, not in its own
+    assert tied["rows"][0]["bsld_mean"] != data["rows"][0]["bsld_mean"]
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
                                         str(LUBLIN), "--orders", "oldest"])
     assert bad.exit_code != 0 and "use age and/or policy" in bad.output

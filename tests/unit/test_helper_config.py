@@ -86,6 +86,8 @@ def test_world_writable_config_is_refused(tmp_path):
     ("mode = \n", "not valid TOML"),
     ('starvation_order = "oldest"\n', "starvation_order = 'oldest'"),
     ('starvation_order = "policy"\nmapping = "logit"\n', "needs mapping"),
+    ("score_resolution = -0.1\n", "score_resolution must be a finite number >= 0"),
+    ("score_resolution = nan\n", "score_resolution must be a finite number >= 0"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, match):
     with pytest.raises(C.ConfigError, match=match):
@@ -105,3 +107,5 @@ def test_rule_reflects_the_band_and_mapping():
     assert (r.lo, r.hi, r.mapping, r.hysteresis) == (10, 20, "logit", 2)
     assert r.starvation_order == "age"
     assert C.HelperConfig(starvation_order="policy").rule().starvation_order == "policy"
+    assert r.score_resolution == 0.0
+    assert C.HelperConfig(score_resolution=0.2).rule().score_resolution == 0.2

@@ -90,6 +90,19 @@ def test_hysteresis_writes_only_moves_beyond_the_threshold(tmp_path):
     assert site_calls(client) == [(4, 33333)]
 
 
+def test_score_resolution_ties_close_scores_and_leaves_them_to_slurms_age(tmp_path):
+    # exact scores: three ranks; a resolution coarser than the model's spread: one tie,
+    # every job at the top and Slurm's own factors order them
+    h, client, _, _ = make(tmp_path, three_jobs(), mode="enforce", score_resolution=1e6)
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    assert sorted(site_calls(client)) == [(1, 100000), (2, 100000), (3, 100000)]
+    h2, client2, _, _ = make(tmp_path / "fine", three_jobs(), mode="enforce",
+                             score_resolution=1e-9)
+    h2.run_once()
+    assert site_calls(client2) == [(2, 100000), (3, 50000)]  # as without rounding
+
+
 def test_starving_job_goes_to_the_top_of_the_band(tmp_path):
     jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(2, limit=60), mk_job(3, limit=600)]
     h, client, _, _ = make(tmp_path, jobs, mode="enforce")

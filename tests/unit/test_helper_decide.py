@@ -124,6 +124,35 @@ def test_policy_order_breaks_ties_by_arrival_then_id():
     assert order.tolist() == [1, 3, 2, 0]
 
 
+def test_quantize_ties_only_close_scores_and_keeps_masked_jobs():
+    s = np.array([1.04, 0.96, 1.31, -1e9, 0.55])
+    q = D.quantize(s, 0.2)
+    np.testing.assert_allclose(q[[0, 1, 2, 4]], [1.0, 1.0, 1.4, 0.6])
+    assert q[3] == -1e9  # masked stays masked
+    np.testing.assert_array_equal(D.quantize(s, 0.0), s)  # 0: exact
+    assert D.quantize(np.zeros(0), 0.2).size == 0
+    # the two close jobs now tie: they share the best rank's value, Slurm's age decides
+    v = D.rank_values(q, RULE)
+    assert v[0] == v[1] == 75 and v[2] == 100
+    # and the policy's order puts the older of them first
+    order = D.policy_order(q, np.array([20, 10, 0, 0, 0]), np.array([1, 2, 3, 4, 5]))
+    assert order.tolist()[:3] == [2, 1, 0]
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="score_resolution"):
+            D.SiteFactorRule(score_resolution=bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40),
+       st.floats(1e-6, 1e3))
+def test_quantize_never_inverts_the_order(scores, res):
+    s = np.array(scores)
+    q = D.quantize(s, res)
+    i, j = np.meshgrid(np.arange(s.size), np.arange(s.size))
+    assert not ((s[i] > s[j]) & (q[i] < q[j])).any()
+    assert (np.abs(q - s) <= res / 2 + 1e-9 * np.abs(s)).all()
+
+
 def test_rule_refuses_bad_band_and_mapping():
     with pytest.raises(ValueError, match="band_lo"):
         D.SiteFactorRule(lo=5, hi=5)

@@ -5,6 +5,7 @@ Clients below are real sockets: well-formed, slow, garbage, oversized and concur
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from slurm_plugin import features as F
 from slurm_plugin.helper import hint as H
-from slurm_plugin.helper.decide import SiteFactorRule, rank_values
+from slurm_plugin.helper.decide import SiteFactorRule, quantize, rank_values
 from slurm_plugin.scorer import OnnxScorer
 
 from .helper_fakes import linear_model
@@ -77,6 +78,17 @@ def test_advice_ranks_the_new_job_among_the_queue():
     # the same as ranking the four limits directly
     limits = np.array([60, 600, 7200, 3600.0])
     assert rank_values(-np.log1p(limits / 3600), ctx.rule)[-1] == 100
+
+
+def test_advice_rounds_the_new_jobs_score_as_the_cycle_rounds_the_queues():
+    ctx = _context()
+    # a resolution coarser than every score: the queue's scores (rounded by the cycle)
+    # and the new job's tie, so it gets the queue's shared top value, as the cycle
+    # would give it; unrounded it would be last
+    coarse = SiteFactorRule(lo=0, hi=300, score_resolution=1e6)
+    tied = dataclasses.replace(ctx, rule=coarse, scores=quantize(ctx.scores, 1e6))
+    assert H.advise(ctx, H.HintRequest(limit_s=10**6)) == 0
+    assert H.advise(tied, H.HintRequest(limit_s=10**6)) == 300
 
 
 # ---------------------------------------------------------------------------- the server

@@ -351,6 +351,30 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
         TrainConfig(val_deployed=True, val_metric="reward_sum")
 
 
+def test_deployed_validation_rounds_the_scores_as_the_helper_does(tmp_path):
+    from trainer.rl.report import _val_window, _window_metrics, deployed_metrics
+    from trainer.sim.engine import EngineOptions, Simulator
+    from trainer.sim.policies import BASELINES
+    from trainer.sim.slurm import SchedulerOptions
+
+    spec, cfg = _short(budget_updates=2, budget_steps=None, val_deployed=True,
+                       val_warmup=12, score_resolution=1e6)
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    # a resolution coarser than any score difference ties every job at every
+    # checkpoint: each deployed validation is FIFO with EASY backfill on the window
+    jobs, lo, warm = _val_window(spec)
+    pol, o = BASELINES["fifo"].build(None, SchedulerOptions())
+    fifo = _window_metrics(Simulator(jobs, spec.cluster, pol, o, EngineOptions(
+        seed=cfg.seed, speed_model=spec.eval.speed_model)).run(), warm)
+    vals = res.curves["val"]
+    assert len(vals) == 2 and all(p["bsld_mean"] == fifo["bsld_mean"] for p in vals)
+    exact = deployed_metrics(spec, res.best_net, seed=cfg.seed,
+                             starvation_limit=cfg.starvation_limit, place=False)
+    assert exact["bsld_mean"] != fifo["bsld_mean"]  # the net's own order differs
+    with pytest.raises(ValueError, match="score_resolution"):
+        TrainConfig(score_resolution=-0.5)
+
+
 def test_summary_warm_starts_sef_and_picks_a_seed_heuristic(replayed_policies, returns_of):
     from trainer.rl import report
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
@@ -133,6 +134,10 @@ class TrainConfig:
     starvation_order: str = SiteFactorRule.starvation_order
     """How that guard orders the starving jobs, as the helper's ``starvation_order``:
     ``age`` (oldest first) or ``policy`` (the net's order)."""
+    score_resolution: float = 0.0
+    """The deployed validation rounds the net's scores to multiples of this, as the
+    helper's ``score_resolution`` (jobs scored that close tie, the older first); 0:
+    exact scores."""
     train_guard: bool = False
     """Put that guard in the env too (training and env validation episodes:
     :attr:`trainer.env.EnvConfig.starvation_limit`), so that the agent learns behind
@@ -180,6 +185,8 @@ class TrainConfig:
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         check_starvation_order(self.starvation_order)
+        _need(math.isfinite(self.score_resolution) and self.score_resolution >= 0, c,
+              "score_resolution must be a finite number >= 0")
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
         from .acting import AGENTS

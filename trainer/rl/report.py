@@ -30,7 +30,7 @@ from slurm_plugin.features import Normalisation, UserHistory
 from ..policy import PolicyNet, TorchPolicy
 from ..sim import metrics, observe
 from ..sim.engine import EngineOptions, SimResult, Simulator
-from ..sim.policies import BASELINES, SEED_BASELINES, Policy, Sef
+from ..sim.policies import BASELINES, SEED_BASELINES, Sef
 from ..sim.slurm import PrioritySettings, SchedulerOptions
 from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
@@ -54,7 +54,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      options: SchedulerOptions | None = None, seed: int = 0,
                      backfill: bool = True, rank_all: bool = True,
                      starvation_limit: float = 0.0, place: bool = True,
-                     starvation_order: str = "age") -> dict[str, float]:
+                     starvation_order: str = "age",
+                     score_resolution: float = 0.0) -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
@@ -63,7 +64,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     not counted, and the user history grows with the replay's completions; ``rank_all``
     as the helper's (:class:`~trainer.policy.TorchPolicy`); ``starvation_limit`` > 0
     puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`,
-    starving jobs in ``starvation_order``);
+    starving jobs in ``starvation_order``); ``score_resolution`` > 0 rounds the net's
+    scores first, as the helper's setting (:class:`trainer.evaluate.Quantized`);
     ``place``: the net's placement head places the jobs, else the scheduler's placement
     (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
     Keys are the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either
@@ -75,7 +77,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     r = _replay_deployed(spec, net, jobs, lo - warm, replace(opts, backfill=backfill),
                          EngineOptions(seed=seed, speed_model=spec.eval.speed_model),
                          rank_all=rank_all, place=place, starvation_limit=starvation_limit,
-                         starvation_order=starvation_order)
+                         starvation_order=starvation_order,
+                         score_resolution=score_resolution)
     return _window_metrics(r, warm)
 
 
@@ -115,20 +118,21 @@ def _window_metrics(r: SimResult, warm: int) -> dict[str, float]:
 def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
                      opts: SchedulerOptions, eng: EngineOptions, *, rank_all: bool = True,
                      place: bool = True, starvation_limit: float = 0.0,
-                     starvation_order: str = "age") -> SimResult:
+                     starvation_order: str = "age", score_resolution: float = 0.0
+                     ) -> SimResult:
     """Replay ``jobs`` (rows ``lo..`` of the spec's table) with the net ordering the queue.
 
     The user history starts from the jobs before row ``lo`` and grows with the replay's
     completions; the wrappers are those of :func:`deployed_metrics`.
     """
-    from ..evaluate import FixedPlacement, StarvationGuard
+    from ..evaluate import FixedPlacement, as_deployed
 
     hist = history_before(spec.jobs, spec.cluster, lo, spec.norm, spec.eval.history_jobs)
     tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
                      rank_all=rank_all)
-    pol: Policy = tp if place else FixedPlacement(tp, opts.placement)
-    if starvation_limit > 0:
-        pol = StarvationGuard(pol, starvation_limit, starvation_order)
+    pol = as_deployed(tp if place else FixedPlacement(tp, opts.placement),
+                      score_resolution=score_resolution, starvation_limit=starvation_limit,
+                      starvation_order=starvation_order)
     sim = Simulator(jobs, spec.cluster, pol, opts, eng)
     tp.follow(sim)
     return sim.run()
