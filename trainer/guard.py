@@ -46,7 +46,12 @@ from typing import Any
 
 import click
 
-from slurm_plugin.helper.decide import STARVATION_ORDERS, SiteFactorRule, check_starvation_order
+from slurm_plugin.helper.decide import (
+    STARVATION_ORDERS,
+    SiteFactorRule,
+    check_score_resolution,
+    check_starvation_order,
+)
 from slurm_plugin.when import parse_span
 
 from .cli import _input_options, _prepare, resolve
@@ -64,6 +69,7 @@ __all__ = [
     "choose",
     "grid",
     "parse_limits",
+    "parse_resolutions",
     "sweep",
     "tune_guard",
     "write_sweep",
@@ -80,22 +86,27 @@ DEFAULT_ORDERS: tuple[str, ...] = tuple(STARVATION_ORDERS)
 
 @dataclass(frozen=True)
 class GuardSetting:
-    """One guard: the helper's ``starvation_limit`` (seconds; 0: no guard) and order."""
+    """One guard: the helper's ``starvation_limit`` (seconds; 0: no guard) and order.
+
+    ``resolution``: the model's scores rounded to multiples of it (the helper's
+    ``score_resolution``; 0: exact).
+    """
 
     limit: float
     order: str = "age"
+    resolution: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.limit >= 0 and math.isfinite(self.limit)):
             raise ValueError(f"a starvation limit must be >= 0 seconds, not {self.limit}")
         check_starvation_order(self.order)
+        check_score_resolution(self.resolution)
 
     @property
     def label(self) -> str:
-        """``2d age``, ``36h policy``, ``none``."""
-        if self.limit == 0:
-            return "none"
-        return f"{_span(self.limit)} {self.order}"
+        """``2d age``, ``36h policy``, ``none``; ``14d age, r=0.2`` with a resolution."""
+        base = "none" if self.limit == 0 else f"{_span(self.limit)} {self.order}"
+        return f"{base}, r={self.resolution:g}" if self.resolution else base
 
 
 def _seconds(x: float) -> str:
@@ -111,9 +122,30 @@ def _span(seconds: float) -> str:
 
 
 def grid(limits: Sequence[float] = DEFAULT_LIMITS,
-         orders: Sequence[str] = DEFAULT_ORDERS) -> list[GuardSetting]:
-    """Every limit in every order (limit first), the settings a sweep tries."""
-    return [GuardSetting(x, o) for x in limits for o in orders]
+         orders: Sequence[str] = DEFAULT_ORDERS,
+         resolutions: Sequence[float] = (0.0,)) -> list[GuardSetting]:
+    """The settings a sweep tries: every limit in every order (limit first), per resolution."""
+    return [GuardSetting(x, o, r) for r in resolutions for x in limits for o in orders]
+
+
+def parse_resolutions(text: str) -> tuple[float, ...]:
+    """``0,0.2`` as score resolutions, in the order given (each a number >= 0).
+
+    Raises:
+        click.BadParameter: On an empty list or an item that is not one.
+    """
+    items = [t for t in (s.strip() for s in text.split(",")) if t]
+    if not items:
+        raise click.BadParameter("give at least one score resolution, e.g. 0,0.2")
+    out = []
+    for t in items:
+        try:
+            out.append(float(t))
+            check_score_resolution(out[-1])
+        except ValueError:
+            raise click.BadParameter(f"{t!r}: a score resolution is a number >= 0 (0: exact"
+                                     " scores)") from None
+    return tuple(dict.fromkeys(out))
 
 
 def parse_limits(text: str) -> tuple[float, ...]:
@@ -151,8 +183,7 @@ class GuardSweep:
         max_wait_slack: The longest wait's bound's slack over Slurm's (``None``: not
             bounded; the rows then carry no ``max_ok``).
         choice: Index in ``rows`` of the chosen setting (:func:`choose`) and why.
-        score_resolution: The model's scores were rounded to multiples of this in every
-            replay (the helper's ``score_resolution``; 0: exact).
+        resolutions: The score resolutions tried (``(0.0,)``: exact scores only).
     """
 
     period: tuple[int, int]
@@ -161,7 +192,7 @@ class GuardSweep:
     p99_slack: float
     max_wait_slack: float | None = None
     choice: tuple[int, str] | None = None
-    score_resolution: float = 0.0
+    resolutions: tuple[float, ...] = (0.0,)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -169,20 +200,27 @@ class GuardSweep:
         return {"period": {"jobs": list(self.period), "kind": "validation"},
                 "slurm": self.slurm, "p99_slack": self.p99_slack,
                 "max_wait_slack": self.max_wait_slack,
-                "score_resolution": self.score_resolution,
+                "resolutions": list(self.resolutions),
                 "rows": [{**r, "setting": {"limit": r["setting"].limit,
                                            "order": r["setting"].order,
+                                           "resolution": r["setting"].resolution,
                                            "label": r["setting"].label}}
                          for r in self.rows],
                 "choice": None if idx is None else {"row": idx, "why": why,
                                                     **self.toml_values()}}
 
     def toml_values(self) -> dict[str, Any]:
-        """``starvation_limit`` and ``starvation_order`` of the choice (empty: none)."""
+        """``starvation_limit``, ``starvation_order`` of the choice (empty: none).
+
+        With its ``score_resolution`` when a resolution other than 0 was tried.
+        """
         if self.choice is None:
             return {}
         s: GuardSetting = self.rows[self.choice[0]]["setting"]
-        return {"starvation_limit": s.limit, "starvation_order": s.order}
+        out: dict[str, Any] = {"starvation_limit": s.limit, "starvation_order": s.order}
+        if any(self.resolutions):
+            out["score_resolution"] = s.resolution
+        return out
 
 
 def _figures(m: Mapping[str, Any]) -> dict[str, float]:
@@ -254,7 +292,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
     base = replace(cfg, baselines=(SLURM,), resamples=0, windows=1,
                    locality_targets=False)
     args = [(table, cluster, str(model),
-             replace(base, starvation_limit=s.limit, starvation_order=s.order), split,
+             replace(base, starvation_limit=s.limit, starvation_order=s.order,
+                     score_resolution=s.resolution), split,
              options, priority, speed_model, seed) for s in todo]
     figures: list[tuple[dict[str, Any], dict[str, float]]] = []
     bar: Any = (click.progressbar(length=len(todo), label="replaying the validation period",
@@ -284,7 +323,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
         if max_wait_slack is not None:
             rows[-1]["max_ok"] = fig["wait_max"] <= (1 + max_wait_slack) * slurm["wait_max"]
     out = GuardSweep((a, b), slurm, rows, cfg.p99_slack, max_wait_slack,
-                     score_resolution=cfg.score_resolution)
+                     resolutions=tuple(dict.fromkeys(s.resolution for s in settings))
+                     or (0.0,))
     out.choice = choose(out.rows)
     return out
 
@@ -393,9 +433,10 @@ def print_sweep(res: GuardSweep) -> None:
     click.echo(f"  starvation_limit = {v['starvation_limit']:.1f}")
     click.echo(f"  starvation_order = \"{v['starvation_order']}\"")
     res_opt = ""
-    if res.score_resolution:
-        click.echo(f"  score_resolution = {res.score_resolution:g}")
-        res_opt = f" --score-resolution {res.score_resolution:g}"
+    if "score_resolution" in v:
+        click.echo(f"  score_resolution = {v['score_resolution']:g}")
+        if v["score_resolution"]:
+            res_opt = f" --score-resolution {v['score_resolution']:g}"
     r = res.rows[res.choice[0]]
     if not r["bsld_vs_slurm"] < 1:
         click.echo(f"warning: behind this guard the model's mean bounded slowdown is"
@@ -430,7 +471,9 @@ def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
                    color=colour, label=f"guard, {order} order" if order else "no guard",
                    zorder=3)
         for r in pts:
-            ax.annotate(_span(r["setting"].limit) if r["setting"].limit else "none",
+            g = r["setting"]
+            ax.annotate((_span(g.limit) if g.limit else "none")
+                        + (f" r={g.resolution:g}" if g.resolution else ""),
                         (r["wait_p99"] / 86400, r["bsld_mean"]), fontsize=8,
                         xytext=(4, 3), textcoords="offset points")
     if res.choice is not None:
@@ -477,9 +520,10 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
 @click.option("--max-wait-slack", type=click.FloatRange(0),
               help="Also keep the longest wait within this share above Slurm's (e.g."
                    " 0.5; default: not bounded).")
-@click.option("--score-resolution", type=click.FloatRange(0), default=0.0,
-              help="Round the model's scores to multiples of this in every replay, as the"
-                   " helper's score_resolution (default 0: exact scores).")
+@click.option("--resolutions", default="0", show_default=True,
+              help="Score resolutions to try with every guard, comma-separated (e.g."
+                   " 0,0.2): the model's scores rounded to multiples of each, as the"
+                   " helper's score_resolution rounds them (0: exact scores).")
 @click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
                                                               max_open=True),
               help="Share of the jobs (first by arrival) that trained (default 0.7).")
@@ -490,7 +534,7 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
                    " the validation period, not counted (default 0.1).")
 @_input_options
 def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: float,
-               max_wait_slack: float | None, score_resolution: float,
+               max_wait_slack: float | None, resolutions: str,
                train_share: float | None,
                val_share: float | None, warmup: float | None, json_: bool | None,
                **kwargs: Any) -> None:
@@ -506,6 +550,7 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     prints the helper.toml lines to set. With --out, writes guard.json and guard.png.
     """
     lim = parse_limits(limits)
+    rs = parse_resolutions(resolutions)
     ords = [o.strip() for o in orders.split(",") if o.strip()]
     bad = [o for o in ords if o not in STARVATION_ORDERS]
     if not ords or bad:
@@ -514,13 +559,12 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup}
     try:
-        cfg = EvalConfig(p99_slack=p99_slack, score_resolution=score_resolution,
-                         **{k: v for k, v in over.items()
+        cfg = EvalConfig(p99_slack=p99_slack, **{k: v for k, v in over.items()
                                                  if v is not None})
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     prep = _prepare(sim)
-    settings = grid(lim, ords)
+    settings = grid(lim, ords, rs)
     try:
         res = sweep(prep.jobs, prep.cluster, model, settings, cfg, options=prep.options,
                     priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,

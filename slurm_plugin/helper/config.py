@@ -134,9 +134,8 @@ class HelperConfig:
     score_resolution: float = _key(0.0, "Scores closer than this (in logits) are equals:"
                                    " the scores are rounded to multiples of it and"
                                    " Slurm's own factors (age first) order the jobs that"
-                                   " tie (0: exact scores). Use the value the model was"
-                                   " validated with (rlsched evaluate/tune-guard/train rl"
-                                   " --score-resolution).")
+                                   " tie (0: exact scores). Choose it with the guard:"
+                                   " 'rlsched tune-guard MODEL --resolutions 0,0.2 ...'.")
     max_changes: int = _key(500, "SiteFactor updates issued per cycle, at most (head of"
                             " the queue first; the rest follow in later cycles).")
     steering: str = _key("reqnodes", "How the helper steers jobs to the chosen node sets:"

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from slurm_plugin import cli
 from trainer.evaluate import SLURM, EvalConfig, Split, evaluate, time_split
-from trainer.guard import GuardSetting, choose, parse_limits, sweep
+from trainer.guard import GuardSetting, choose, grid, parse_limits, parse_resolutions, sweep
 from trainer.sim.state import Cluster, build_jobs
 from trainer.sim.stepper import window
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
@@ -34,6 +34,13 @@ def test_setting_labels_and_validation():
     assert GuardSetting(2 * 86400.0, "policy").label == "2d policy"
     assert GuardSetting(5400.0).label == "90m age"
     assert GuardSetting(90.0).label == "90s age"
+    assert GuardSetting(14 * 86400.0, "age", 0.2).label == "14d age, r=0.2"
+    assert GuardSetting(0.0, resolution=0.5).label == "none, r=0.5"
+    assert grid([86400.0], ["age"], [0.0, 0.2]) == [GuardSetting(86400.0),
+                                                   GuardSetting(86400.0, "age", 0.2)]
+    assert parse_resolutions("0, 0.2,0.2") == (0.0, 0.2)
+    with pytest.raises(ValueError, match="score_resolution"):
+        GuardSetting(60.0, resolution=-1.0)
     with pytest.raises(ValueError, match="starvation_order"):
         GuardSetting(60.0, "oldest")
     with pytest.raises(ValueError, match=">= 0"):
@@ -169,14 +176,28 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert ("warning: behind this guard" in r.output) == worse  # (an untrained net)
     pytest.importorskip("matplotlib")
     assert (out / "guard.png").stat().st_size > 1000
-    # with a score resolution: every replay rounds the scores, the helper lines say so
+    assert data["resolutions"] == [0.0] and "score_resolution" not in data["choice"]
+    assert "score_resolution" not in r.output
+    # with score resolutions: each guard once per resolution; the helper lines say which
     rounded = tmp_path / "r"
-    r = _tune(tiny_checkpoint, rounded, "--score-resolution", "1e6")
-    assert "score_resolution = 1e+06" in r.output and "--score-resolution 1e+06" in r.output
+    r = _tune(tiny_checkpoint, rounded, "--resolutions", "0,1e6")
     tied = json.loads((rounded / "guard.json").read_text())
-    assert tied["score_resolution"] == 1e6 and data["score_resolution"] == 0.0
-    # every score ties: the model replays in arrival order, not in its own
-    assert tied["rows"][0]["bsld_mean"] != data["rows"][0]["bsld_mean"]
+    assert tied["resolutions"] == [0.0, 1e6]
+    assert [x["setting"]["label"] for x in tied["rows"]] == [
+        "none", "1h age", "2d age", "1h age, r=1e+06", "2d age, r=1e+06"]
+    rows = {x["setting"]["label"]: x for x in tied["rows"]}
+    for label in ("1h age", "2d age"):  # exact scores: the same replays as before
+        assert rows[label]["bsld_mean"] == next(
+            x for x in data["rows"] if x["setting"]["label"] == label)["bsld_mean"]
+    # every score ties at 1e6: the model replays in arrival order, not in its own
+    assert rows["2d age, r=1e+06"]["bsld_mean"] != rows["2d age"]["bsld_mean"]
+    chosen = tied["rows"][tied["choice"]["row"]]["setting"]["resolution"]
+    assert tied["choice"]["score_resolution"] == chosen
+    assert f"score_resolution = {chosen:g}" in r.output
+    assert ("--score-resolution" in r.output) == (chosen > 0)
+    bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
+                                        str(LUBLIN), "--resolutions", "-1"])
+    assert bad.exit_code != 0 and "a score resolution is a number >= 0" in bad.output
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
                                         str(LUBLIN), "--orders", "oldest"])
     assert bad.exit_code != 0 and "use age and/or policy" in bad.output
