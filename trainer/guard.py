@@ -128,24 +128,27 @@ def grid(limits: Sequence[float] = DEFAULT_LIMITS,
     return [GuardSetting(x, o, r) for r in resolutions for x in limits for o in orders]
 
 
-def parse_resolutions(text: str) -> tuple[float, ...]:
-    """``0,0.2`` as score resolutions, in the order given (each a number >= 0).
-
-    Raises:
-        click.BadParameter: On an empty list or an item that is not one.
-    """
+def _items(text: str, example: str) -> list[str]:
+    """The non-empty items of a comma-separated option (click.BadParameter: none)."""
     items = [t for t in (s.strip() for s in text.split(",")) if t]
     if not items:
-        raise click.BadParameter("give at least one score resolution, e.g. 0,0.2")
-    out = []
-    for t in items:
-        try:
-            out.append(float(t))
-            check_score_resolution(out[-1])
-        except ValueError:
-            raise click.BadParameter(f"{t!r}: a score resolution is a number >= 0 (0: exact"
-                                     " scores)") from None
-    return tuple(dict.fromkeys(out))
+        raise click.BadParameter(f"give at least one, e.g. {example}")
+    return items
+
+
+def _resolution(t: str) -> float:
+    try:
+        r = float(t)
+        check_score_resolution(r)
+    except ValueError:
+        raise click.BadParameter(f"{t!r}: a score resolution is a number >= 0 (0: exact"
+                                 " scores)") from None
+    return r
+
+
+def parse_resolutions(text: str) -> tuple[float, ...]:
+    """``0,0.2`` as score resolutions, in the order given (click.BadParameter: not ones)."""
+    return tuple(dict.fromkeys(_resolution(t) for t in _items(text, "0,0.2")))
 
 
 def parse_limits(text: str) -> tuple[float, ...]:
@@ -154,11 +157,8 @@ def parse_limits(text: str) -> tuple[float, ...]:
     Raises:
         click.BadParameter: On an empty list or a span that is not one.
     """
-    items = [t for t in (s.strip() for s in text.split(",")) if t]
-    if not items:
-        raise click.BadParameter("give at least one limit, e.g. 1d,2d,4d")
     out = []
-    for t in items:
+    for t in _items(text, "1d,2d,4d"):
         try:
             out.append(float(t) if t.replace(".", "", 1).isdigit()
                        else parse_span(t).total_seconds())
