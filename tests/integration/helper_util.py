@@ -11,6 +11,7 @@ import io
 import json
 import os
 import subprocess
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,22 @@ def start_times(ids: list[int]) -> dict[int, int]:
         if jid.isdigit() and start.strip().isdigit():
             got[int(jid)] = int(start)
     return got
+
+
+def recorded_starts(ids: list[int], timeout: float = 60.0) -> dict[int, int]:
+    """:func:`start_times` once accounting shows every job of ``ids`` (what it has then).
+
+    slurmctld sends job records to slurmdbd asynchronously, and after a slurmctld
+    restart its queue of them drains late: a job Slurm started can be missing from
+    sacct for a while. At ``timeout`` it returns what sacct has, so a job that really
+    never ran still fails the caller's check.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        got = start_times(ids)
+        if set(ids) <= set(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
 
 
 def scancel(job_id: int) -> None:

@@ -37,10 +37,10 @@ from .helper_util import (
     events,
     job_of,
     make_helper,
+    recorded_starts,
     running,
     scancel,
     site_factors,
-    start_times,
     write_config,
 )
 
@@ -75,7 +75,7 @@ def _drain_and_starts(slurm: CliSlurmClient, blocker: int, ids: list[int]) -> li
     scancel(blocker)
     wait_for(lambda: not any(job_of(slurm, i) for i in ids), timeout=120,
              what="the queue to drain")
-    starts = start_times(ids)
+    starts = recorded_starts(ids)
     assert set(starts) == set(ids), starts  # every job ran: none lost
     return sorted(ids, key=lambda i: (starts[i], i))
 
@@ -86,7 +86,7 @@ def _all_start(slurm: CliSlurmClient, blocker: int, ids: list[int]) -> None:
     for i in ids:
         wait_for(lambda i=i: job_of(slurm, i) is None or job_of(slurm, i).is_running,
                  timeout=60, what=f"job {i} to start")
-    assert set(start_times(ids)) == set(ids)  # every one ran
+    assert set(recorded_starts(ids)) == set(ids)  # every one ran
 
 
 class Loop:

@@ -30,10 +30,10 @@ from .helper_util import (
     events,
     job_of,
     make_helper,
+    recorded_starts,
     running,
     scancel,
     site_factors,
-    start_times,
     write_config,
 )
 
@@ -66,7 +66,7 @@ def test_enforce_reorders_the_queue_into_the_policys_order(slurm, submit: Submit
     scancel(blocker)
     wait_for(lambda: not any(job_of(slurm, i) for i in ids), timeout=120,
              what="the queue to drain")
-    starts = start_times(ids)
+    starts = recorded_starts(ids)
     assert sorted(ids, key=lambda i: (starts[i], i)) == policy
 
 
