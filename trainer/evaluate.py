@@ -113,6 +113,7 @@ __all__ = [
     "Quantized",
     "Split",
     "StarvationGuard",
+    "Wrapped",
     "annotate",
     "as_deployed",
     "check_targets",
@@ -369,7 +370,37 @@ def follower(pol: Policy) -> Callable[[Any], None] | None:
     return None
 
 
-class Quantized(Policy):
+class Wrapped(Policy):
+    """A policy in front of another (``inner``): its scores, placement and binding.
+
+    Subclasses change one of them (the order, the placement) and keep the rest.
+
+    Args:
+        inner: The wrapped policy.
+        placement: The fallback placement name (default: the inner policy's).
+    """
+
+    def __init__(self, inner: Policy, placement: str | None = None) -> None:
+        super().__init__(inner.settings, placement or inner.placement)
+        self.inner = inner
+        self.dynamic = inner.dynamic
+        self.uses_usage = inner.uses_usage
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The inner policy's scores."""
+        return self.inner.score(jobs, idx, ctx)
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The inner policy's placement."""
+        return self.inner.place(cluster, state, usable, req, leaf_counts)
+
+    def bind(self, sim: Any) -> None:
+        """Bind the inner policy (:meth:`Policy.bind`)."""
+        self.inner.bind(sim)
+
+
+class Quantized(Wrapped):
     """A policy's scores rounded as the helper rounds them (its ``score_resolution``).
 
     Jobs scored closer than ``resolution`` may tie, and the engine breaks ties by
@@ -383,24 +414,12 @@ class Quantized(Policy):
 
     def __init__(self, inner: Policy, resolution: float) -> None:
         check_score_resolution(resolution)
-        super().__init__(inner.settings, inner.placement)
-        self.inner = inner
+        super().__init__(inner)
         self.resolution = float(resolution)
-        self.dynamic = inner.dynamic
-        self.uses_usage = inner.uses_usage
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """The inner scores, rounded."""
         return quantize(self.inner.score(jobs, idx, ctx), self.resolution)
-
-    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
-              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
-        """The inner policy's placement."""
-        return self.inner.place(cluster, state, usable, req, leaf_counts)
-
-    def bind(self, sim: Any) -> None:
-        """Bind the inner policy (:meth:`Policy.bind`)."""
-        self.inner.bind(sim)
 
 
 def as_deployed(pol: Policy, *, score_resolution: float = 0.0, starvation_limit: float = 0.0,
@@ -415,7 +434,7 @@ def as_deployed(pol: Policy, *, score_resolution: float = 0.0, starvation_limit:
     return out
 
 
-class StarvationGuard(Policy):
+class StarvationGuard(Wrapped):
     """A policy's order with the helper's starvation guard in front.
 
     The helper puts a job that has waited (since eligible) longer than
@@ -437,12 +456,10 @@ class StarvationGuard(Policy):
 
     def __init__(self, inner: Policy, limit: float, order: str = "age") -> None:
         check_starvation_order(order)
-        super().__init__(inner.settings, inner.placement)
-        self.inner = inner
+        super().__init__(inner)
         self.limit = float(limit)
         self.order = order
         self.dynamic = True
-        self.uses_usage = inner.uses_usage
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """The inner scores, starving jobs first (oldest first, or in the inner order)."""
@@ -459,17 +476,8 @@ class StarvationGuard(Policy):
                 out = np.where(starving, STARVING + waited, out)
         return out
 
-    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
-              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
-        """The inner policy's placement."""
-        return self.inner.place(cluster, state, usable, req, leaf_counts)
 
-    def bind(self, sim: Any) -> None:
-        """Bind the inner policy (:meth:`Policy.bind`)."""
-        self.inner.bind(sim)
-
-
-class FixedPlacement(Policy):
+class FixedPlacement(Wrapped):
     """A policy's job order with a named placement instead of its own.
 
     Args:
@@ -478,23 +486,12 @@ class FixedPlacement(Policy):
     """
 
     def __init__(self, inner: Policy, placement: str) -> None:
-        super().__init__(inner.settings, placement)
-        self.inner = inner
-        self.dynamic = inner.dynamic
-        self.uses_usage = inner.uses_usage
-
-    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
-        """The inner policy's scores."""
-        return self.inner.score(jobs, idx, ctx)
+        super().__init__(inner, placement)
 
     def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
               leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
         """The named placement."""
-        return super().place(cluster, state, usable, req, leaf_counts)
-
-    def bind(self, sim: Any) -> None:
-        """Bind the inner policy (:meth:`Policy.bind`)."""
-        self.inner.bind(sim)
+        return Policy.place(self, cluster, state, usable, req, leaf_counts)
 
 
 def load_policy(path: str | os.PathLike[str], *, history: Any = None,

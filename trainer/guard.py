@@ -183,7 +183,6 @@ class GuardSweep:
         max_wait_slack: The longest wait's bound's slack over Slurm's (``None``: not
             bounded; the rows then carry no ``max_ok``).
         choice: Index in ``rows`` of the chosen setting (:func:`choose`) and why.
-        resolutions: The score resolutions tried (``(0.0,)``: exact scores only).
     """
 
     period: tuple[int, int]
@@ -192,7 +191,13 @@ class GuardSweep:
     p99_slack: float
     max_wait_slack: float | None = None
     choice: tuple[int, str] | None = None
-    resolutions: tuple[float, ...] = (0.0,)
+
+    @property
+    def resolutions(self) -> tuple[float, ...]:
+        """The score resolutions the guarded settings were tried with (in row order)."""
+        out = dict.fromkeys(r["setting"].resolution for r in self.rows
+                            if r["setting"].limit > 0)
+        return tuple(out) or (0.0,)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -322,9 +327,7 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
                                        if slurm["bsld_mean"] > 0 else float("nan"))})
         if max_wait_slack is not None:
             rows[-1]["max_ok"] = fig["wait_max"] <= (1 + max_wait_slack) * slurm["wait_max"]
-    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack, max_wait_slack,
-                     resolutions=tuple(dict.fromkeys(s.resolution for s in settings))
-                     or (0.0,))
+    out = GuardSweep((a, b), slurm, rows, cfg.p99_slack, max_wait_slack)
     out.choice = choose(out.rows)
     return out
 

@@ -197,7 +197,7 @@ def quantize(scores: np.ndarray, resolution: float) -> np.ndarray:
     they are; rounding keeps their order, only jobs closer than ``resolution`` may tie.
     """
     s = np.asarray(scores, dtype=np.float64)
-    if resolution <= 0 or s.size == 0:
+    if resolution <= 0:
         return s
     out: np.ndarray = np.where(s > _MASKED_BELOW, np.round(s / resolution) * resolution, s)
     return out

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
-from slurm_plugin.helper.decide import SiteFactorRule, check_starvation_order
+from slurm_plugin.helper.decide import (
+    SiteFactorRule,
+    check_score_resolution,
+    check_starvation_order,
+)
 
 from ..env import EnvConfig
 
@@ -185,8 +188,7 @@ class TrainConfig:
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         check_starvation_order(self.starvation_order)
-        _need(math.isfinite(self.score_resolution) and self.score_resolution >= 0, c,
-              "score_resolution must be a finite number >= 0")
+        check_score_resolution(self.score_resolution)
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
         from .acting import AGENTS
