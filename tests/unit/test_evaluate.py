@@ -154,10 +154,14 @@ def test_utilisation_check_reports_own_work_without_checking_it():
     ms = {"net": _m(6.0, util=0.80), "slurm": _m(10.0, util=0.81), "sjf": _m(8.0)}
     ms["net"]["utilisation"]["own_work"] = {"nodes": 0.4, "gpus": 0.79}
     ms["slurm"]["utilisation"]["own_work"] = {"nodes": 0.4, "gpus": 0.78}
+    ms["net"]["utilisation"]["to_last_arrival"] = {"nodes": 0.4, "gpus": 0.83}
+    ms["slurm"]["utilisation"]["to_last_arrival"] = {"nodes": 0.4, "gpus": 0.82}
     c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["utilisation"]
     assert c["ok"] is False  # decided by the time mean
     assert "own work 0.790 vs 0.780" in c["detail"]
+    assert "to the last arrival 0.830 vs 0.820" in c["detail"]
     assert c["own_work"] == {"value": 0.79, "slurm": 0.78}
+    assert c["to_last_arrival"] == {"value": 0.83, "slurm": 0.82}
 
 
 def test_restrict_at_zero_is_the_replay_and_rejects_out_of_range():

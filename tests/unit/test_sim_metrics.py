@@ -55,12 +55,31 @@ def test_metrics_of_a_known_schedule():
     # the jobs' own node-seconds over the span: the same for a whole replay
     assert m["utilisation"]["own_work"] == {
         "nodes": pytest.approx((2 * 100 + 4 * 10 + 1 * 5) / (4 * 115)), "gpus": None}
+    # up to the last arrival (t = 2): job 1 alone on 2 of the 4 nodes
+    assert m["utilisation"]["to_last_arrival"] == {"nodes": pytest.approx(0.5), "gpus": None}
     assert m["single_leaf_share"] == pytest.approx(0.5)  # job 1 in one leaf, job 2 in two
     json.dumps(m)  # JSON-able
     rows = dict(metrics.table_rows(m))
     assert rows["policy"] == "fifo"
     assert "mean" in rows["bsld"]
     assert len(metrics.compare_rows([m, m])) == 2
+
+
+def test_utilisation_to_the_last_arrival_leaves_the_drain_out():
+    # FIFO without backfill on 4 GPU nodes: A (4 nodes) 0-100; then B (1 node) and C (1
+    # node, the last arrival at 50) 100-110. While jobs arrive, A fills the machine; the
+    # two small jobs after it leave half of it idle for 10 s, which only the time mean to
+    # the last end (the work over the makespan) counts.
+    recs = [job(1, 0, 100, 4, "a"), job(2, 1, 10, 1, "b"), job(3, 50, 10, 1, "b")]
+    sp = ClusterSpec.synthetic("c", 4, nodes_per_leaf=2, gpus_per_node=2)
+    cl = Cluster.from_spec(sp)
+    r = Simulator(build_jobs(recs, cl), cl, make_policy("fifo"),
+                  SchedulerOptions(backfill=False, bf_interval=0)).run()
+    assert (r.start - T0).tolist() == [0, 100, 100]
+    u = metrics.compute(r)["utilisation"]
+    assert u["nodes"] == pytest.approx((4 * 100 + 2 * 10) / (4 * 110))
+    assert u["to_last_arrival"]["nodes"] == pytest.approx(1.0)
+    assert u["to_last_arrival"]["gpus"] == pytest.approx(1.0)
 
 
 def test_jain_index():

@@ -15,7 +15,14 @@ arrival); node, CPU and GPU utilisation over time (time-weighted means and a ser
 and ``own_work``: the run's jobs' own node- and GPU-seconds over the capacity from their
 first arrival to their last end (the same as the time mean for a whole replay; for a
 test period replayed after a warm-up, :func:`trainer.evaluate.restrict`, the time mean
-also counts warm-up jobs still running in the period, ``own_work`` does not);
+also counts warm-up jobs still running in the period, ``own_work`` does not), and
+``to_last_arrival``: the time mean from the first to the last arrival only. The time
+mean runs to the run's own last end, so on a finite stretch of jobs it is the work over
+the makespan: a run that holds a wide job to the end and drains the machine for it
+scores lower, one that keeps the machine half idle while work waits and ends sooner
+scores higher. Every run of the same jobs shares the span to the last arrival, so
+``to_last_arrival`` reads how busy each kept the machine while jobs were still coming;
+the drain after the last arrival does not count;
 the fragmentation index over time; mean execution effectiveness; the share of
 multi-node jobs kept within one leaf switch (only when the cluster has a switch tree);
 fairness: Jain's index ``(sum x)^2 / (n sum x^2)`` of the users' mean bounded
@@ -185,6 +192,17 @@ def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[st
     util["own_work"] = {
         "nodes": float(node_s.sum() / cl.num_nodes * per),
         "gpus": float((node_s * jobs.gpus).sum() / total_g * per) if total_g else None,
+    }
+    last = int(jobs.eligible.max()) if n else 0
+    before = result.util_t < last
+    ut = result.util_t[before]
+
+    def to_last(v: np.ndarray) -> float:
+        return _time_mean(ut, v[before], last)
+
+    util["to_last_arrival"] = {
+        "nodes": to_last(result.util_nodes / cl.num_nodes),
+        "gpus": to_last(result.util_gpus / total_g) if total_g else None,
     }
     st, sn = _series(result.util_t, result.util_nodes / cl.num_nodes, t_end, series_points)
     _, sc = _series(result.util_t, result.util_cpus / cl.total_cpus, t_end, series_points)
