@@ -282,9 +282,23 @@ def test_locality_targets_by_hand():
     assert j["against"] == "sif" and j["ok"] is False  # 1500 / 1900: 0.79x
     assert j["deployable"] == {"against": "sjf", "value": 3000.0, "ok": True}  # 1.58x
     assert "best not reading the recorded run time: sjf 3,000 s (1.58x lower)" in j["detail"]
+    assert j["reachable_factor"] is None  # (the metrics carry no floor)
     none = dict(base, net=_m(6.0, jct=1000.0, leaf=None))  # no multi-node job: n/a
     res = check_targets(none, "net", EvalConfig(), locality=True)
     assert _by_name(res)["single_leaf_share"]["ok"] is None and res["passed"]
+
+
+def test_jct_check_reports_the_factor_any_schedule_could_reach():
+    ms = {"slurm": _m(10.0, jct=4000.0), "sjf": _m(8.0, jct=3000.0),
+          "net": _m(6.0, jct=2900.0)}
+    ms["net"]["jct_floor_s"] = 2500.0  # the test jobs' mean recorded run time
+    j = _by_name(check_targets(ms, "net", EvalConfig(), locality=True))["jct_vs_best_heuristic"]
+    assert j["ok"] is False and j["reachable_factor"] == pytest.approx(1.2)
+    assert ("no schedule goes below 2,500 s (no wait, recorded speed): at most 1.20x lower,"
+            " so the target is out of reach on these jobs") in j["detail"]
+    ms["net"]["jct_floor_s"] = 1000.0  # 3x is within reach: no such verdict
+    j = _by_name(check_targets(ms, "net", EvalConfig(), locality=True))["jct_vs_best_heuristic"]
+    assert j["reachable_factor"] == pytest.approx(3.0) and "out of reach" not in j["detail"]
 
 
 def test_targets_use_nodes_without_gpus_and_need_slurm():

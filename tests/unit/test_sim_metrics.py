@@ -42,6 +42,7 @@ def test_metrics_of_a_known_schedule():
     assert pj["effectiveness"].tolist() == pytest.approx([1.0, 10 / 109, 5 / 113])
     m = metrics.compute(r)
     assert m["makespan_s"] == 115
+    assert m["jct_floor_s"] == pytest.approx((100 + 10 + 5) / 3)  # no wait, recorded runs
     assert m["wait_s"]["mean"] == pytest.approx((0 + 99 + 108) / 3)
     assert m["wait_s"]["max"] == 108
     assert m["bsld"]["median"] == pytest.approx(10.9)

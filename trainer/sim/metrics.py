@@ -23,6 +23,9 @@ scores lower, one that keeps the machine half idle while work waits and ends soo
 scores higher. Every run of the same jobs shares the span to the last arrival, so
 ``to_last_arrival`` reads how busy each kept the machine while jobs were still coming;
 the drain after the last arrival does not count;
+``jct_floor_s``: the mean recorded run time, the mean JCT of a schedule in which no job
+waits and every job runs at its recorded speed (the speed models only ever slow a job
+down: :mod:`trainer.sim.speed`), a floor no schedule of these jobs goes below;
 the fragmentation index over time; mean execution effectiveness; the share of
 multi-node jobs kept within one leaf switch (only when the cluster has a switch tree);
 fairness: Jain's index ``(sum x)^2 / (n sum x^2)`` of the users' mean bounded
@@ -222,6 +225,7 @@ def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[st
         "bsld": summary(pj["bsld"]),
         "bsld_tau_s": TAU,
         "makespan_s": t_end - t0,
+        "jct_floor_s": float(jobs.run.mean()) if n else 0.0,
         "utilisation": util,
         "fragmentation": {
             "mean": float(result.frag.mean()) if result.frag.size else 0.0,
