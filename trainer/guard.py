@@ -20,7 +20,11 @@ speed model and user history as evaluation). Each setting is read against Slurm 
 the quality targets read a model (issue 5): mean bounded slowdown, p99 wait (at most
 ``p99_slack`` above Slurm's, the bound the guard exists for) and utilisation (not
 lower); the longest wait is shown too, and bounded as well with ``max_wait_slack``
-(a share above Slurm's longest wait).
+(a share above Slurm's longest wait), and so is the busy share up to the last arrival
+(``util_arrivals``; not a bound: the checked utilisation runs to each replay's own
+last end, so a setting that drains the machine for a wide job at the end of the period
+reads lower there and one that ends sooner reads higher, however busy each kept the
+machine while jobs arrived).
 
 :func:`choose` picks, among the guarded settings that keep every bound (p99 wait,
 longest wait if bounded, utilisation), the one with the lowest mean bounded slowdown;
@@ -55,7 +59,7 @@ from slurm_plugin.helper.decide import (
 from slurm_plugin.when import parse_span
 
 from .cli import _input_options, _prepare, resolve
-from .evaluate import SLURM, EvalConfig, Split, _util, evaluate, time_split
+from .evaluate import SLURM, EvalConfig, Split, _util, _util_reading, evaluate, time_split
 from .sim import metrics
 from .sim.slurm import PrioritySettings, SchedulerOptions
 from .sim.state import Cluster, JobTable
@@ -229,8 +233,14 @@ class GuardSweep:
 
 
 def _figures(m: Mapping[str, Any]) -> dict[str, float]:
+    """A row's figures; ``util`` is the checked utilisation.
+
+    ``util_arrivals`` is the busy share up to the last arrival, shown beside it and not
+    checked (``to_last_arrival`` of :func:`trainer.sim.metrics.compute`).
+    """
     return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
-            "wait_max": float(m["wait_s"]["max"]), "util": _util(m)}
+            "wait_max": float(m["wait_s"]["max"]), "util": _util(m),
+            "util_arrivals": float(_util_reading(m, "to_last_arrival") or 0.0)}
 
 
 def _replay(table: JobTable, cluster: Cluster, model: str, cfg: EvalConfig,
@@ -409,16 +419,16 @@ def print_sweep(res: GuardSweep) -> None:
 
     sl = res.slurm
     bound_max = res.max_wait_slack is not None
-    heads = ["guard", "bsld mean", "vs slurm", "p99 wait", "max wait", "util", "p99",
-             *(["max"] if bound_max else []), "util ok"]
+    heads = ["guard", "bsld mean", "vs slurm", "p99 wait", "max wait", "util",
+             "to last arrival", "p99", *(["max"] if bound_max else []), "util ok"]
     body = [["slurm", f"{sl['bsld_mean']:,.1f}", "", _days(sl["wait_p99"]),
-             _days(sl["wait_max"]), f"{sl['util']:.3f}", "", *([""] if bound_max else []),
-             ""]]
+             _days(sl["wait_max"]), f"{sl['util']:.3f}", f"{sl['util_arrivals']:.3f}", "",
+             *([""] if bound_max else []), ""]]
     for i, r in enumerate(res.rows):
         mark = " *" if res.choice is not None and res.choice[0] == i else ""
         body.append([r["setting"].label + mark, f"{r['bsld_mean']:,.1f}",
                      f"{r['bsld_vs_slurm'] - 1:+.1%}", _days(r["wait_p99"]),
-                     _days(r["wait_max"]), f"{r['util']:.3f}",
+                     _days(r["wait_max"]), f"{r['util']:.3f}", f"{r['util_arrivals']:.3f}",
                      "ok" if r["p99_ok"] else "over",
                      *(["ok" if r["max_ok"] else "over"] if bound_max else []),
                      "ok" if r["util_ok"] else "lower"])

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_plugin import cli
-from trainer.evaluate import SLURM, EvalConfig, Split, evaluate, time_split
+from trainer.evaluate import SLURM, EvalConfig, Split, _util_reading, evaluate, time_split
 from trainer.guard import GuardSetting, choose, grid, parse_limits, parse_resolutions, sweep
 from trainer.sim.state import Cluster, build_jobs
 from trainer.sim.stepper import window
@@ -131,6 +131,8 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
         assert res.slurm["wait_p99"] == pytest.approx(sl["wait_s"]["p99"])
         assert r["p99_ok"] == (m["wait_s"]["p99"] <= 1.1 * sl["wait_s"]["p99"])
         assert r["util_ok"] == (r["util"] >= res.slurm["util"])
+        assert r["util_arrivals"] == pytest.approx(  # shown, not a bound
+            _util_reading(m, "to_last_arrival"))
         assert r["bsld_vs_slurm"] == pytest.approx(m["bsld"]["mean"] / sl["bsld"]["mean"])
     assert res.rows[1]["wait_max"] != res.rows[0]["wait_max"]  # the guard acted
     assert res.choice is not None and res.choice[0] in (1, 2)
@@ -165,6 +167,7 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     r = _tune(tiny_checkpoint, out, "--max-wait-slack", "0.5")
     assert "validation period: jobs 210..239 (30 jobs)" in r.output
     assert "longest-wait bound: Slurm's + 50%" in r.output
+    assert "to last arrival" in r.output  # (shown beside the checked utilisation)
     assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
     data = json.loads((out / "guard.json").read_text())
     limit = int(data["choice"]["starvation_limit"])  # as typed: 172800, not 1.728e+05
