@@ -116,11 +116,12 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
     assert res.period == (a, b) == (200, 320)
     assert [r["setting"] for r in res.rows] == [GuardSetting(0.0), *settings]
     # by hand: evaluate on the jobs before the test period, the validation period as
-    # its "test" (the test period's jobs are never replayed)
+    # its "test" (the test period's jobs are never replayed), after as many warm-up jobs
+    # as evaluate replays before the test period: 5% of all 400, not of the 320 kept
     cut = window(jobs, 0, b, shift=False)
     for r in res.rows:
         s = r["setting"]
-        c = EvalConfig(train=0.5, val=0.3, warmup=0.05, baselines=(SLURM,),
+        c = EvalConfig(train=0.5, val=0.3, warmup=20.5 / b, baselines=(SLURM,),
                        starvation_limit=s.limit, starvation_order=s.order)
         ev = evaluate(cut, cl, {"m": tiny_checkpoint}, c, split=Split(b, a, a))
         m, sl = ev.metrics["m"], ev.metrics[SLURM]
