@@ -61,6 +61,7 @@ from trainer.evaluate import (  # noqa: E402
     StarvationGuard,
     evaluate,
     user_history,
+    warmup_share,
 )
 from trainer.sim.policies import Policy, Sef  # noqa: E402
 from trainer.sim.stepper import window  # noqa: E402
@@ -173,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = int(edges[w]), int(edges[w + 1])
         cut = window(jobs, 0, hi, shift=False)
         cfg = EvalConfig(baselines=("slurm", "sef", "spf"), resamples=0, windows=1,
-                         warmup=min(0.99, args.warmup_jobs / hi), guard_heuristics=True,
+                         warmup=warmup_share(args.warmup_jobs, hi), guard_heuristics=True,
                          starvation_limit=limit, starvation_order=args.order)
-        start = max(0, lo - int(cfg.warmup * hi))  # (where evaluate starts the replays)
+        start = max(0, lo - args.warmup_jobs)  # (where evaluate starts the replays)
         models: dict[str, Policy] = {}
         for cls in (KnownShort, Srf):
             pol = cls(prep.priority, "tree")

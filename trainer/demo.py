@@ -553,7 +553,7 @@ class Demo:
 
     def select(self) -> None:
         """Pick the checkpoint to deploy by replaying the validation period."""
-        from .evaluate import EvalConfig, Split, evaluate, time_split
+        from .evaluate import EvalConfig, Split, evaluate, time_split, warmup_share
         from .sim.stepper import window
 
         c = self.config
@@ -565,7 +565,7 @@ class Demo:
             if p.is_file():
                 cands[f"rl-{name}"] = p
         val = window(jobs, 0, sp.test_start, shift=False)
-        warmup = (sp.test_start - sp.val_start) / val.n  # as long as the period itself
+        warmup = warmup_share(sp.test_start - sp.val_start, val.n)  # as long as the period
         res = evaluate(val, self.state["cluster"], cands,
                        EvalConfig(train=c.train, val=c.val, warmup=warmup, threads=c.threads,
                                   baselines=("slurm",)),

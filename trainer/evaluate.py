@@ -134,6 +134,7 @@ __all__ = [
     "time_split",
     "torch_threads",
     "user_history",
+    "warmup_share",
 ]
 
 #: Name of the Slurm baseline the targets are measured against.
@@ -285,6 +286,16 @@ class Split:
                 part["last_arrival"] = int(jobs.eligible[hi - 1])
             out[name] = part
         return out
+
+
+def warmup_share(jobs: int, n: int) -> float:
+    """The ``EvalConfig.warmup`` that replays ``jobs`` warm-up jobs on a table of ``n``.
+
+    :func:`evaluate` reads the warm-up as a share of the table it is given; a caller
+    that cuts the history short (a validation period replayed as the "test") and wants a
+    number of jobs gets it back exactly (``+ 0.5``: no float truncation below it).
+    """
+    return min(1.0, (jobs + 0.5) / n) if n else 0.0
 
 
 def time_split(n: int, train: float = 0.7, val: float = 0.1) -> Split:

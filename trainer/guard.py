@@ -59,7 +59,16 @@ from slurm_plugin.helper.decide import (
 from slurm_plugin.when import parse_span
 
 from .cli import _input_options, _prepare, resolve
-from .evaluate import SLURM, EvalConfig, Split, _util, _util_reading, evaluate, time_split
+from .evaluate import (
+    SLURM,
+    EvalConfig,
+    Split,
+    _util,
+    _util_reading,
+    evaluate,
+    time_split,
+    warmup_share,
+)
 from .sim import metrics
 from .sim.slurm import PrioritySettings, SchedulerOptions
 from .sim.state import Cluster, JobTable
@@ -304,12 +313,11 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
     table = window(jobs, 0, b, shift=False)  # (the test period is not replayed)
     split = Split(table.n, a, a)
     todo = list(dict.fromkeys([GuardSetting(0.0), *settings]))
-    # the warm-up is a share of the whole history, as evaluate reads it there: as many
-    # jobs before the validation period as evaluate replays before the test period
-    # (+ 0.5: the share of the cut table that gives that count back exactly)
-    warmup = min(1.0, (int(cfg.warmup * jobs.n) + 0.5) / table.n)
+    # as many warm-up jobs before the validation period as evaluate replays before the
+    # test period (its warm-up is a share of the whole history there)
     base = replace(cfg, baselines=(SLURM,), resamples=0, windows=1,
-                   locality_targets=False, warmup=warmup)
+                   locality_targets=False,
+                   warmup=warmup_share(int(cfg.warmup * jobs.n), table.n))
     args = [(table, cluster, str(model),
              replace(base, starvation_limit=s.limit, starvation_order=s.order,
                      score_resolution=s.resolution), split,

@@ -26,13 +26,18 @@ def job(jid: int, submit: int, run: int, nodes: int, user: str) -> JobRecord:
                      tres, "", (), None, 0)
 
 
+def fifo_no_backfill(recs: list[JobRecord], gpus_per_node: int):
+    """FIFO without backfill on 4 nodes, 2 per leaf switch: the replay."""
+    sp = ClusterSpec.synthetic("c", 4, nodes_per_leaf=2, gpus_per_node=gpus_per_node)
+    cl = Cluster.from_spec(sp)
+    return Simulator(build_jobs(recs, cl), cl, make_policy("fifo"),
+                     SchedulerOptions(backfill=False, bf_interval=0)).run()
+
+
 def test_metrics_of_a_known_schedule():
     # FIFO without backfill on 4 nodes: 1 runs 0-100, 2 runs 100-110, 3 runs 110-115
-    recs = [job(1, 0, 100, 2, "a"), job(2, 1, 10, 4, "b"), job(3, 2, 5, 1, "b")]
-    sp = ClusterSpec.synthetic("c", 4, nodes_per_leaf=2, gpus_per_node=0)
-    cl = Cluster.from_spec(sp)
-    r = Simulator(build_jobs(recs, cl), cl, make_policy("fifo"),
-                  SchedulerOptions(backfill=False, bf_interval=0)).run()
+    r = fifo_no_backfill([job(1, 0, 100, 2, "a"), job(2, 1, 10, 4, "b"),
+                          job(3, 2, 5, 1, "b")], gpus_per_node=0)
     assert (r.start - T0).tolist() == [0, 100, 110]
     pj = metrics.job_metrics(r)
     assert pj["wait"].tolist() == [0, 99, 108]
@@ -71,11 +76,8 @@ def test_utilisation_to_the_last_arrival_leaves_the_drain_out():
     # node, the last arrival at 50) 100-110. While jobs arrive, A fills the machine; the
     # two small jobs after it leave half of it idle for 10 s, which only the time mean to
     # the last end (the work over the makespan) counts.
-    recs = [job(1, 0, 100, 4, "a"), job(2, 1, 10, 1, "b"), job(3, 50, 10, 1, "b")]
-    sp = ClusterSpec.synthetic("c", 4, nodes_per_leaf=2, gpus_per_node=2)
-    cl = Cluster.from_spec(sp)
-    r = Simulator(build_jobs(recs, cl), cl, make_policy("fifo"),
-                  SchedulerOptions(backfill=False, bf_interval=0)).run()
+    r = fifo_no_backfill([job(1, 0, 100, 4, "a"), job(2, 1, 10, 1, "b"),
+                          job(3, 50, 10, 1, "b")], gpus_per_node=2)
     assert (r.start - T0).tolist() == [0, 100, 100]
     u = metrics.compute(r)["utilisation"]
     assert u["nodes"] == pytest.approx((4 * 100 + 2 * 10) / (4 * 110))
