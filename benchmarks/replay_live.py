@@ -62,7 +62,9 @@ def main() -> None:
     ap.add_argument("--budget", default="small", help="training budget (rlsched demo's)")
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--interval", type=float, default=2.0)
-    ap.add_argument("--steering", default="reqnodes", choices=["reqnodes", "none"])
+    ap.add_argument("--steering", default="reqnodes", choices=["reqnodes", "switches", "none"])
+    ap.add_argument("--switch-wait", type=float, default=1800.0,
+                    help="with --steering switches: the wait for one leaf, trace seconds")
     ap.add_argument("--model", help="use this model.onnx instead of training one")
     ap.add_argument("--out", default="/tmp/rlsched-replay-live-bench")
     ap.add_argument("--dry-run", action="store_true")
@@ -75,7 +77,8 @@ def main() -> None:
         trace=str(args.trace), since=str(since), jobs=args.jobs, speedup=args.speedup,
         train_jobs=args.train_jobs, budget=args.budget, users=args.users,
         create_users=args.users > 0, interval=args.interval, steering=args.steering,
-        model=args.model, out=args.out, db=str(Path(args.out) / "store.db"),
+        switch_wait=args.switch_wait, model=args.model, out=args.out,
+        db=str(Path(args.out) / "store.db"),
         dry_run=args.dry_run, progress=False)
     res = run_replay(cfg, say=lambda m: print(m, flush=True))
     print()

@@ -71,6 +71,8 @@ __all__ = ["RUNS", "TOLERANCE", "AuditCheck", "HelperProcess", "QueueSampler",
 
 #: The runs, in order: Slurm alone, then Slurm with the helper.
 RUNS = ("slurm", "helper")
+#: Helper steerings a live replay can run.
+STEERINGS = ("reqnodes", "switches", "none")
 
 #: How much worse than Slurm alone the helper run may be: (relative, bsld, wait s).
 TOLERANCE = (0.10, 0.25, 3.0)
@@ -111,7 +113,11 @@ class ReplayLiveConfig:
     interval: float = 2.0
     """Seconds between the helper's cycles (and between queue samples)."""
     steering: str = "reqnodes"
-    """Helper steering: ``reqnodes`` (multi-node jobs to the chosen node set) or ``none``."""
+    """Helper steering: ``reqnodes`` (multi-node jobs to the chosen node set),
+    ``switches`` (they wait up to ``switch_wait`` for one leaf switch) or ``none``."""
+    switch_wait: float = 1800.0
+    """With ``switches``: the wait for one leaf switch, in the trace's seconds (divided by
+    ``speedup`` like every time of the run; at least 1 s)."""
     min_run: int = 2
     """Shortest scaled run, s."""
     max_run: int = 120
@@ -145,8 +151,11 @@ class ReplayLiveConfig:
             raise ValueError("jobs must be >= 1, train_jobs and users >= 0")
         if self.runs not in ("both", *RUNS):
             raise ValueError(f"runs must be both, slurm or helper (got {self.runs!r})")
-        if self.steering not in ("reqnodes", "none"):
-            raise ValueError(f"steering must be reqnodes or none (got {self.steering!r})")
+        if self.steering not in STEERINGS:
+            raise ValueError(f"steering must be one of {', '.join(STEERINGS)} (got"
+                             f" {self.steering!r})")
+        if self.switch_wait <= 0:
+            raise ValueError("switch_wait must be positive")
         if not self.user_prefix.isidentifier() or not self.user_prefix.islower():
             raise ValueError(f"user_prefix {self.user_prefix!r}: lower-case letters and _")
 
@@ -306,11 +315,23 @@ def train_policy(earlier: Sequence[Any], spec: Any, options: Any, priority: Any,
     return Path(demo.state["model"])
 
 
-def forecast_policy(model: Path, steering: str, placement: str) -> Any:
-    """The policy the helper runs, as a simulator policy (its placement when it steers)."""
+def live_switch_wait(cfg: ReplayLiveConfig) -> float:
+    """The helper's ``switch_wait`` in the sped-up run: the trace's, over the speedup."""
+    return max(1.0, cfg.switch_wait / cfg.speedup)
+
+
+def forecast_policy(model: Path, steering: str, placement: str, switch_wait: float = 0.0
+                    ) -> Any:
+    """The policy the helper runs, as a simulator policy.
+
+    Its placement when it steers node lists, Slurm's otherwise; with ``switches``, its
+    wait for one leaf switch.
+    """
     from .evaluate import load_policy
 
-    return load_policy(model, placement="policy" if steering == "reqnodes" else placement)
+    wait = switch_wait if steering == "switches" else 0.0
+    return load_policy(model, placement="policy" if steering == "reqnodes" else placement,
+                       switch_wait=wait)
 
 
 # ---------------------------------------------------------------------------- helper
@@ -529,7 +550,7 @@ def check_audit(entries: Sequence[Any], records: Sequence[Any], run_ids: Iterabl
     for e in live:
         if e.field == "req_nodes":
             steer[e.job_id] = parse_nodes(e.new_value)
-        elif e.new_value is not None:
+        elif e.field == "site_factor" and e.new_value is not None:
             set_values.setdefault(e.job_id, []).append((e.created_at, int(e.new_value)))
     steered = [j for j, nodes in steer.items() if nodes and j in by_id]
     off = sorted(j for j in steered if not set(by_id[j].nodes) <= set(steer[j] or ()))
@@ -626,6 +647,7 @@ def _live_run(ctx: _Context, which: str, jobs: Sequence[Any], model: Path | None
         settings = {"mode": "enforce", "model": str(model), "store": ctx.url,
                     "cluster": ctx.spec.name, "interval": cfg.interval,
                     "steering": cfg.steering, "steer_min_nodes": 2, "history_days": 0,
+                    "switch_wait": live_switch_wait(cfg),
                     "starvation_limit": max(cfg.interval, 2 * 86400 / cfg.speedup),
                     "backoff_max": max(cfg.interval, 30.0), "slurm_timeout": 30.0}
         helper = HelperProcess(ctx.out / "helper", settings)
@@ -684,7 +706,8 @@ def _forecasts(ctx: _Context, jobs: Sequence[Any], model: Path | None) -> dict[s
     out = {"slurm": headline(metrics.compute(live.predict(jobs, ctx.spec, ctx.options,
                                                           ctx.priority)))}
     if model is not None:
-        pol = forecast_policy(model, ctx.cfg.steering, ctx.options.placement)
+        pol = forecast_policy(model, ctx.cfg.steering, ctx.options.placement,
+                              live_switch_wait(ctx.cfg))
         out["helper"] = headline(metrics.compute(live.predict(
             jobs, ctx.spec, ctx.options, ctx.priority, policy=pol)))
     return out
@@ -857,8 +880,13 @@ def print_results(res: Mapping[str, Any]) -> None:
               help="Create missing local users (useradd --system; test clusters).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True),
               help="Seconds between the helper's cycles (default 2).")
-@click.option("--steering", type=click.Choice(["reqnodes", "none"]),
-              help="Helper steering of multi-node jobs (default reqnodes).")
+@click.option("--steering", type=click.Choice(list(STEERINGS)),
+              help="Helper steering of multi-node jobs: reqnodes (default; to the node"
+                   " set the model picks), switches (they wait for one leaf switch) or"
+                   " none.")
+@click.option("--switch-wait", type=click.FloatRange(min=0, min_open=True),
+              help="With --steering switches: the wait for one leaf switch, in the"
+                   " trace's seconds (default 1800; divided by --speedup).")
 @click.option("--min-run", type=click.IntRange(min=1), help="Shortest scaled run, s (2).")
 @click.option("--max-run", type=click.IntRange(min=0),
               help="Longest scaled run, s (default 120; 0: no clip).")

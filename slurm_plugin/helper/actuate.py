@@ -1,12 +1,16 @@
 """Changes the helper makes, their audit, and how they reach Slurm.
 
 A :class:`Change` is one field of one job: ``site_factor`` (an integer inside the
-configured band, or 0 when ``rlsched helper reset`` puts it back) or ``req_nodes`` (a
-pending job's required node list; ``None`` clears it). The only Slurm calls are
-:meth:`~slurm_plugin.slurm.SlurmClient.set_site_factor`,
-:meth:`~slurm_plugin.slurm.SlurmClient.set_req_nodes` and
-:meth:`~slurm_plugin.slurm.SlurmClient.clear_req_nodes` (argument lists, never a shell;
-the client refuses to change the node list of a job that is not pending). Nothing here
+configured band, or 0 when ``rlsched helper reset`` puts it back), ``req_nodes`` (a
+pending job's required node list; ``None`` clears it) or ``switches`` (a pending job's
+``Switches=1@wait``, the wait at most a day; ``None`` clears it). The only Slurm calls
+are :meth:`~slurm_plugin.slurm.SlurmClient.set_site_factor`,
+:meth:`~slurm_plugin.slurm.SlurmClient.set_req_nodes`,
+:meth:`~slurm_plugin.slurm.SlurmClient.clear_req_nodes`,
+:meth:`~slurm_plugin.slurm.SlurmClient.set_switches` and
+:meth:`~slurm_plugin.slurm.SlurmClient.clear_switches` (argument lists, never a shell;
+the client refuses to change the node list or switch count of a job that is not
+pending). Nothing here
 can set ``Priority=``, hold, cancel or requeue a job.
 
 Audit is write-ahead: the cycle records its changes in the store *before* applying
@@ -27,6 +31,7 @@ from ..slurm.client import SlurmClient
 from ..slurm.errors import SlurmError
 from ..slurm.hostlist import compress, expand
 from ..slurm.types import SlurmJob
+from .config import MAX_SWITCH_WAIT
 
 __all__ = [
     "FIELDS",
@@ -42,7 +47,7 @@ __all__ = [
 ]
 
 #: The job fields the helper changes.
-FIELDS = ("site_factor", "req_nodes")
+FIELDS = ("site_factor", "req_nodes", "switches")
 
 
 def nodes_text(nodes: Sequence[str] | None) -> str | None:
@@ -56,10 +61,12 @@ class Change:
 
     Attributes:
         job_id: The job.
-        field: ``"site_factor"`` or ``"req_nodes"``.
-        old: The value before (an int, a tuple of node names, or ``None``).
-        new: The value after (``None`` clears a node list).
-        reason: Why: ``policy``, ``starvation``, ``steer``, ``rollback`` or ``reset``.
+        field: ``"site_factor"``, ``"req_nodes"`` or ``"switches"``.
+        old: The value before (an int, a tuple of node names, a ``(count, wait)`` pair, or
+            ``None``).
+        new: The value after (``None`` clears a node list or a switch count).
+        reason: Why: ``policy``, ``starvation``, ``steer``, ``locality``, ``rollback`` or
+            ``reset``.
     """
 
     job_id: int
@@ -74,6 +81,9 @@ class Change:
             return None
         if self.field == "req_nodes":
             return nodes_text(value)
+        if self.field == "switches":
+            count, wait = value
+            return f"{int(count)}@{int(wait)}"
         return str(int(value))
 
     def as_audit(self) -> tuple[int, str, str | None, str | None]:
@@ -262,6 +272,14 @@ class Actuator:
             if change.new is not None and (isinstance(change.new, str) or not change.new):
                 raise ValueError(f"node list for job {change.job_id} must be a non-empty"
                                  " sequence of names")
+        elif change.field == "switches":
+            v = change.new
+            if v is not None and not (
+                    isinstance(v, tuple) and len(v) == 2 and v[0] == 1
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+                    and 1 <= v[1] <= MAX_SWITCH_WAIT):
+                raise ValueError(f"switch request for job {change.job_id} must be (1, wait)"
+                                 f" with 1 <= wait <= {MAX_SWITCH_WAIT:g} s, not {v!r}")
         else:
             raise ValueError(f"the helper never changes {change.field!r}")
 
@@ -269,6 +287,11 @@ class Actuator:
         self.check(change)
         if change.field == "site_factor":
             self.client.set_site_factor(change.job_id, int(change.new))
+        elif change.field == "switches":
+            if change.new is None:
+                self.client.clear_switches(change.job_id)
+            else:
+                self.client.set_switches(change.job_id, *change.new)
         elif change.new is None:
             self.client.clear_req_nodes(change.job_id)
         else:
@@ -313,15 +336,24 @@ def plan_reset(entries: Sequence[tuple[int, str, str, str | None, str | None]],
         jobs: The jobs Slurm knows now, by id.
 
     Returns:
-        ``(changes, notes)``: site factors back to 0 and node lists cleared, only on
+        ``(changes, notes)``: site factors back to 0, node lists and switch counts
+        cleared, only on
         pending jobs whose current value is still the one the helper set (a value someone
         changed since is left alone, with a note saying so).
     """
     site: dict[int, int] = {}
     steer: dict[int, tuple[str, ...]] = {}
+    switches: dict[int, str] = {}
     for job_id, fld, mode, _old, new in entries:
         if mode not in ("enforce", "failed", "reset"):
             continue  # shadow entries changed nothing
+        if fld == "switches":
+            if mode == "enforce" and new is not None:
+                switches[job_id] = new
+            elif mode in ("failed", "reset") or new is None:
+                if mode != "failed" or switches.get(job_id) == new:
+                    switches.pop(job_id, None)
+            continue
         if fld == "site_factor":
             if mode == "enforce" and new is not None:
                 site[job_id] = int(new)
@@ -357,4 +389,15 @@ def plan_reset(entries: Sequence[tuple[int, str, str, str | None, str | None]],
         elif job.required_nodes:
             notes.append(f"job {job_id}: node list is {compress(list(job.required_nodes))},"
                          f" the helper set {compress(list(nodes))}: left alone")
+    for job_id, text in sorted(switches.items()):
+        job = jobs.get(job_id)
+        if job is None or not job.is_pending or not job.switches:
+            continue
+        count = int(text.partition("@")[0])
+        if job.switches == count:  # (Slurm may have capped the wait: the count tells)
+            changes.append(Change(job_id, "switches", (job.switches, job.switches_wait or 0),
+                                  None, "reset"))
+        else:
+            notes.append(f"job {job_id}: switch count is {job.switches}, the helper set"
+                         f" {count}: left alone")
     return changes, notes

@@ -269,6 +269,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
         "last_error": st.last_error, "last_error_at": st.last_error_at,
         "changes": dict(sorted(st.changes.items())),
         "steered_now": sorted(st.enforced.steer), "site_factors_set": len(st.enforced.site),
+        "waiting_for_one_leaf": sorted(st.enforced.switches),
         "last_cycle": st.last_cycle, "state_file": cfg.state_file,
     }
     if as_json:
@@ -288,7 +289,7 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(st.changes.items())) or "none"
     click.echo(f"changes: {counts}")
     click.echo(f"now: {len(st.enforced.site)} site factors set, {len(st.enforced.steer)}"
-               " jobs steered")
+               f" jobs steered, {len(st.enforced.switches)} asked to wait for one leaf switch")
 
 
 @helper.command(name="log")
@@ -298,7 +299,8 @@ def status(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
 @click.option("--since", default=None, metavar="WHEN",
               help="Only entries at or after WHEN (2026-01-31, now-1d, now-2h...).")
 @click.option("--job", "job_id", type=int, default=None, help="Only entries of this job.")
-@click.option("--field", type=click.Choice(["site_factor", "req_nodes"]), default=None,
+@click.option("--field", type=click.Choice(["site_factor", "req_nodes", "switches"]),
+              default=None,
               help="Only changes of this field.")
 @click.option("--mode", type=click.Choice(["enforce", "shadow", "failed", "reset"]),
               default=None, help="Only entries of this mode (shadow: would-be changes).")
@@ -336,7 +338,7 @@ def log_cmd(ctx: click.Context, config_path: str | None, limit: int, since: str 
 @_guard
 def reset(ctx: click.Context, config_path: str | None, since: str, dry_run: bool,
           yes: bool) -> None:
-    """Put the helper's own site factors back to 0 and clear its steering.
+    """Put the helper's own site factors back to 0 and clear its steering and switch counts.
 
     Only pending jobs whose value is still the one the helper set (per the audit log)
     are touched; each reset is audited (mode 'reset'). The helper must not be running.
@@ -375,6 +377,8 @@ def reset(ctx: click.Context, config_path: str | None, since: str, dry_run: bool
             for c in res.applied:
                 if c.field == "site_factor":
                     st.enforced.site.pop(c.job_id, None)
+                elif c.field == "switches":
+                    st.enforced.switches.pop(c.job_id, None)
                 else:
                     st.enforced.steer.pop(c.job_id, None)
             st.count("reset", len(res.applied))

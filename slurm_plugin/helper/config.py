@@ -32,6 +32,7 @@ from .decide import (
 
 __all__ = [
     "DEFAULT_PATH",
+    "MAX_SWITCH_WAIT",
     "MODES",
     "STEERING",
     "ConfigError",
@@ -49,14 +50,19 @@ MODES: dict[str, str] = {
     "enforce": "apply site factors and steering (every change audited)",
 }
 
-#: Steering modes: how a chosen node set is given to a pending job.
-#: LATER: "features" (Features=[leafA|leafB] matching-OR on leaf-switch features) and
-#: "switches" (Switches=1@wait), both need per-switch node features or topology/tree.
+#: Steering modes: how a pending job is steered to where it should run.
+#: LATER: "features" (Features=[leafA|leafB] matching-OR on leaf-switch features), which
+#: needs per-switch node features.
 STEERING: dict[str, str] = {
     "reqnodes": "ReqNodeList=<the chosen nodes> on the pending job (rolled back if it"
                 " does not start)",
+    "switches": "Switches=1@<switch_wait> on a multi-node job that one leaf switch could"
+                " hold but that could start now only across several: Slurm's topology/tree"
+                " keeps it pending up to switch_wait for one leaf (needs no placement head)",
     "none": "no steering: reorder only",
 }
+#: Longest ``switch_wait`` the helper accepts (each change it makes is bounded).
+MAX_SWITCH_WAIT = 86400.0
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: SiteFactor values the helper may ever write (Slurm keeps them in 32 bits with an offset).
@@ -138,8 +144,13 @@ class HelperConfig:
                                    " 'rlsched tune-guard MODEL --resolutions 0,0.2 ...'.")
     max_changes: int = _key(500, "SiteFactor updates issued per cycle, at most (head of"
                             " the queue first; the rest follow in later cycles).")
-    steering: str = _key("reqnodes", "How the helper steers jobs to the chosen node sets:"
-                         " 'reqnodes' or 'none'.", choices=STEERING)
+    steering: str = _key("reqnodes", "How the helper steers jobs: 'reqnodes' (to the node"
+                         " sets the model chooses), 'switches' (multi-node jobs wait up to"
+                         " switch_wait for one leaf switch) or 'none'.", choices=STEERING)
+    switch_wait: float = _key(1800.0, "With steering = \"switches\": how long a multi-node"
+                              " job waits for one leaf switch (at most 1 day; Slurm caps it"
+                              " at SchedulerParameters=max_switch_wait, 300 s unless set).",
+                              kind="duration")
     steer_jobs: int = _key(4, "Steer at most this many jobs per cycle (the first in the"
                            " policy's order that can start now).")
     steer_min_nodes: int = _key(1, "Steer only jobs asking for at least this many nodes.")
@@ -197,7 +208,7 @@ class HelperConfig:
             raise ConfigError(f"band_lo ({self.band_lo}) must be below band_hi"
                               f" ({self.band_hi}), both within ±{SITE_FACTOR_LIMIT}")
         positive = ("interval", "slurm_timeout", "store_timeout", "hint_timeout",
-                    "starvation_limit", "history_refresh")
+                    "starvation_limit", "history_refresh", "switch_wait")
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive (got {getattr(self, name)})")
@@ -207,6 +218,9 @@ class HelperConfig:
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise ConfigError(f"{name} must be at least {low} (got {getattr(self, name)})")
+        if self.switch_wait > MAX_SWITCH_WAIT:
+            raise ConfigError(f"switch_wait must be at most {MAX_SWITCH_WAIT:g} s (1 day; got"
+                              f" {self.switch_wait:g})")
         if self.metrics_port > 65535:
             raise ConfigError(f"metrics_port must be at most 65535 (got {self.metrics_port})")
         try:

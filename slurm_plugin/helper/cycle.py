@@ -239,6 +239,7 @@ class Helper:
         self.hint_context: HintContext | None = None
         self._last_nodes: list[Any] = []
         self._steer_off_sha: str | None = None  # model whose steering_off was logged
+        self._switch_cap_checked = False  # max_switch_wait compared with switch_wait
         #: The last cycle's observation (for inspection and benchmarks).
         self.last_observation: Observation | None = None
         self._lock = threading.Lock()
@@ -411,6 +412,9 @@ class Helper:
             if cfg.steering == "reqnodes" and cfg.steer_jobs > 0 and self._head_steers(model):
                 changes += self._steer(obs, scorer, jobs_raw, nodes_raw, names, pending,
                                        order, sec)
+            elif cfg.steering == "switches" and cfg.steer_jobs > 0:
+                changes += self._leaf_waits(obs, jobs_raw, nodes_raw, names, pending, order,
+                                            sec)
             timings["decide"] = time.perf_counter() - t3
         if obs.n_nodes:
             self._publish_hint(now, obs, scores, nodes_raw, model, scorer, hist)
@@ -441,9 +445,9 @@ class Helper:
             return sec.site[job.job_id]
         return int(job.site_factor or 0)
 
-    def _steer(self, obs: Any, scorer: OnnxScorer, jobs_raw: Any, nodes_raw: Any,
-               names: list[str], pending: list[SlurmJob], order: np.ndarray,
-               sec: Section) -> list[Change]:
+    def _allowed(self, names: list[str], pending: list[SlurmJob]
+                 ) -> Callable[[int], np.ndarray]:
+        """Row -> mask of the nodes the job may use (its partition, not excluded)."""
         pos = {n: k for k, n in enumerate(names)}
         part_nodes: dict[str, np.ndarray] = {}
         node_parts = None
@@ -466,9 +470,14 @@ class Helper:
                         mask[k] = False
             return mask
 
+        return allowed
+
+    def _steer(self, obs: Any, scorer: OnnxScorer, jobs_raw: Any, nodes_raw: Any,
+               names: list[str], pending: list[SlurmJob], order: np.ndarray,
+               sec: Section) -> list[Change]:
         may = np.array([self._may_steer(j, sec) for j in pending], dtype=bool)
         choices = decide.steer(
-            jobs_raw, nodes_raw, order, may, obs.job_mask, allowed,
+            jobs_raw, nodes_raw, order, may, obs.job_mask, self._allowed(names, pending),
             lambda r, c: scorer.place(obs, r, c), max_jobs=self.cfg.steer_jobs,
             min_nodes=self.cfg.steer_min_nodes, max_sets=self.cfg.steer_candidates)
         out = []
@@ -479,6 +488,38 @@ class Helper:
             self.log.debug("steer", job=job.job_id, kind=ch.kind, leaves=ch.leaves,
                            nodes=len(chosen))
         return out
+
+    def _leaf_waits(self, obs: Any, jobs_raw: Any, nodes_raw: Any, names: list[str],
+                    pending: list[SlurmJob], order: np.ndarray, sec: Section) -> list[Change]:
+        """``Switches=1@switch_wait`` for the jobs :func:`decide.leaf_waits` picks."""
+        may = np.array([self._may_steer(j, sec) and j.job_id not in sec.switches
+                        for j in pending], dtype=bool)
+        rows = decide.leaf_waits(jobs_raw, nodes_raw, order, may, obs.job_mask,
+                                 self._allowed(names, pending), max_jobs=self.cfg.steer_jobs,
+                                 min_nodes=self.cfg.steer_min_nodes,
+                                 max_sets=self.cfg.steer_candidates)
+        wait = int(self.cfg.switch_wait)
+        self._check_switch_wait(wait)
+        return [Change(pending[r].job_id, "switches", None, (1, wait), "locality")
+                for r in rows]
+
+    def _check_switch_wait(self, wait: int) -> None:
+        """Warn once when Slurm's ``max_switch_wait`` cuts the helper's wait short."""
+        if self._switch_cap_checked:
+            return
+        self._switch_cap_checked = True
+        cap = 300
+        try:
+            params = self.client.config().scheduler_parameters
+            cap = int(float(params.get("max_switch_wait", cap)))
+        except Exception as exc:  # noqa: BLE001 - only a warning depends on it
+            self.log.info("switch_wait_unchecked", error=_one_line(exc))
+            return
+        if cap < wait:
+            self.log.warning("switch_wait_capped", switch_wait=wait, max_switch_wait=cap,
+                             effect=f"Slurm lets jobs wait only {cap} s for one leaf",
+                             fix=f"add max_switch_wait={wait} to SchedulerParameters in"
+                                 " slurm.conf (then scontrol reconfigure)")
 
     def _node_partitions(self, names: list[str]) -> list[tuple[str, ...]]:
         parts = {n.name: n.partitions for n in self._last_nodes}
@@ -553,6 +594,11 @@ class Helper:
         for c in changes:
             if c.field == "site_factor":
                 sec.site[c.job_id] = int(c.new)
+            elif c.field == "switches":
+                if c.new is None:
+                    sec.switches.pop(c.job_id, None)
+                else:
+                    sec.switches[c.job_id] = now
             elif c.new is None:
                 sec.steer.pop(c.job_id, None)
                 sec.rolled_back[c.job_id] = now
@@ -565,6 +611,9 @@ class Helper:
         for c in changes:
             if c.field == "site_factor":
                 sec.site.pop(c.job_id, None)
+            elif c.field == "switches":
+                if c.new is not None:
+                    sec.switches.pop(c.job_id, None)
             elif c.new is None:
                 sec.rolled_back.pop(c.job_id, None)
                 sec.steer[c.job_id] = Steering(sorted(c.old or ()),

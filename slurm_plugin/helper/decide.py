@@ -56,6 +56,18 @@ are issued head of the queue first (starving jobs, then the policy's order), at 
 nodes) get candidate node sets from :func:`slurm_plugin.placement.candidates`, restricted
 to the nodes of their partition and not excluded; the model's place head picks one. The
 chosen nodes are taken out of the free resources before the next job is placed.
+
+**Waiting for one leaf switch** (``steering = "switches"``). The first ``steer_jobs``
+steerable jobs of at least two nodes (and ``steer_min_nodes``) in the policy's order that
+can start now are looked at in turn (:func:`leaf_waits`). One that a single leaf switch
+can hold now is left to Slurm (its topology/tree selection puts it there) and its nodes
+are taken out before the next; one that no leaf can hold now, but that one leaf could
+hold once its jobs end (enough usable nodes of the job's partition, not excluded, in
+one leaf), is asked to wait for one: the helper sets ``Switches=1@switch_wait``, and
+Slurm keeps it pending until one leaf can take it, for at most that long (capped by
+Slurm's ``max_switch_wait``). Measured in the simulator on Philly
+(:class:`trainer.evaluate.SwitchWait`): a 30-minute wait raised the share of multi-node
+jobs within one leaf in 4 of 5 stretches of the trace, the mean JCT within -3% to +2%.
 """
 
 from __future__ import annotations
@@ -66,7 +78,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..features import JobsRaw, NodesRaw
-from ..placement import Candidates, candidates
+from ..placement import Candidates, candidates, usable_nodes
 
 __all__ = [
     "MAPPINGS",
@@ -81,6 +93,7 @@ __all__ = [
     "policy_order",
     "quantize",
     "rank_values",
+    "leaf_waits",
     "steer",
     "starving_first",
     "targets",
@@ -370,4 +383,62 @@ def steer(jobs: JobsRaw, nodes: NodesRaw, order: Sequence[int] | np.ndarray, may
         out.append(Choice(r, tuple(int(i) for i in idx), cands.kinds[k],
                           int(cands.leaves[k])))
         work = _take(work, idx, jobs, r)
+    return out
+
+
+def _one_leaf_holds(nodes: NodesRaw, n: int, cpus: int, gpus: int, mem: int,
+                    exclusive: bool) -> bool:
+    """Whether one leaf switch has ``n`` usable nodes for the request once they are idle."""
+    if nodes.n_leaves <= 1:
+        return False
+    empty = replace(nodes, free_c=nodes.cap_c, free_g=nodes.cap_g, free_m=nodes.cap_m,
+                    idle=np.ones_like(nodes.idle))
+    ok = usable_nodes(empty, cpus, gpus, mem, exclusive)
+    if not ok.any():
+        return False
+    return int(np.bincount(nodes.leaf[ok], minlength=nodes.n_leaves).max()) >= n
+
+
+def leaf_waits(jobs: JobsRaw, nodes: NodesRaw, order: Sequence[int] | np.ndarray,
+               may_steer: np.ndarray, fits: np.ndarray, allowed: Callable[[int], np.ndarray],
+               *, max_jobs: int, min_nodes: int = 2, max_sets: int = 8) -> list[int]:
+    """Rows of the jobs to give ``Switches=1@wait`` (module docstring).
+
+    Args:
+        jobs: The pending jobs' raw table.
+        nodes: The node table.
+        order: Rows in the policy's order.
+        may_steer: Per row, whether the job may be steered at all.
+        fits: Per row, whether it can start now (the observation's job mask).
+        allowed: Row -> bool mask of the nodes the job may use (partition, exclusions).
+        max_jobs: How many jobs to look at, at most.
+        min_nodes: Only jobs asking for at least this many nodes (2 at least).
+        max_sets: Candidate sets per job, at most.
+
+    Returns:
+        The rows, in the policy's order.
+    """
+    out: list[int] = []
+    work = nodes
+    seen = 0
+    for row in order:
+        if seen >= max_jobs:
+            break
+        r = int(row)
+        n = int(jobs.nodes[r])
+        if not (may_steer[r] and fits[r]) or n < max(2, min_nodes):
+            continue
+        seen += 1
+        mask = allowed(r)
+        req = (int(jobs.cpus[r]), int(jobs.gpus[r]), int(jobs.mem[r]), bool(jobs.exclusive[r]))
+        cands = candidates(replace(work, up=work.up & mask), n, *req, max_sets=max_sets)
+        if not len(cands):
+            continue
+        one = np.flatnonzero(cands.leaves == 1)
+        if one.size:  # Slurm puts it in one leaf: its nodes are taken
+            work = _take(work, cands.nodes(int(one[0])), jobs, r)
+        elif _one_leaf_holds(replace(nodes, up=nodes.up & mask), n, *req):
+            out.append(r)  # waits: takes nothing now
+        else:  # no leaf ever holds it: it starts across leaves as Slurm places it
+            work = _take(work, cands.nodes(0), jobs, r)
     return out

@@ -56,18 +56,21 @@ class Steering:
 
 @dataclass
 class Section:
-    """Values of one mode, by job id: site factors set, jobs steered, steering rolled back.
+    """Values of one mode, by job id: site factors, steering, rollbacks, leaf waits.
 
-    A job whose steering was rolled back is not steered again while it stays pending.
+    ``switches`` holds when each job was asked to wait for one leaf switch. A job whose
+    steering was rolled back is not steered again while it stays pending; a job asked to
+    wait for one leaf is not asked again.
     """
 
     site: dict[int, int] = field(default_factory=dict)
     steer: dict[int, Steering] = field(default_factory=dict)
     rolled_back: dict[int, int] = field(default_factory=dict)
+    switches: dict[int, int] = field(default_factory=dict)
 
     def prune(self, pending: set[int]) -> None:
-        """Forget site factors and rollbacks of jobs no longer pending."""
-        for table in (self.site, self.rolled_back):
+        """Forget site factors, rollbacks and leaf waits of jobs no longer pending."""
+        for table in (self.site, self.rolled_back, self.switches):
             for k in [k for k in table if k not in pending]:
                 del table[k]
 
@@ -75,7 +78,8 @@ class Section:
         """A JSON-able dict (job ids as strings)."""
         return {"site": {str(k): v for k, v in self.site.items()},
                 "steer": {str(k): asdict(v) for k, v in self.steer.items()},
-                "rolled_back": {str(k): v for k, v in self.rolled_back.items()}}
+                "rolled_back": {str(k): v for k, v in self.rolled_back.items()},
+                "switches": {str(k): v for k, v in self.switches.items()}}
 
     @classmethod
     def from_json(cls, data: Any) -> Section:
@@ -89,6 +93,9 @@ class Section:
         for k, v in (data.get("rolled_back") or {}).items():
             with contextlib.suppress(TypeError, ValueError):
                 sec.rolled_back[int(k)] = int(v)
+        for k, v in (data.get("switches") or {}).items():
+            with contextlib.suppress(TypeError, ValueError):
+                sec.switches[int(k)] = int(v)
         for k, v in (data.get("steer") or {}).items():
             with contextlib.suppress(TypeError, ValueError, KeyError):
                 sec.steer[int(k)] = Steering(sorted(str(n) for n in v["nodes"]),

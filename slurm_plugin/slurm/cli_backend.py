@@ -17,9 +17,12 @@ from datetime import datetime, timezone
 
 from ..when import epoch_s
 from . import parse
-from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist
+from .client import DEFAULT_TIMEOUT, SlurmClient, req_nodes_hostlist, switches_text
 from .errors import SlurmError
 from .types import PENDING, RUNNING, AccountingJob, SchedulerConfig, SlurmJob, SlurmNode, SwitchTree
+
+#: Why a switch count is changed on pending jobs only.
+_PENDING_ONLY = "the helper asks for leaf switches only before a job starts"
 
 
 class CliSlurmClient(SlurmClient):
@@ -219,13 +222,14 @@ class CliSlurmClient(SlurmClient):
             raise TypeError(f"site factor must be an int, got {value!r}")
         self._update(job_id, f"SiteFactor={value}")
 
-    def _require_pending(self, job_id: int, what: str) -> None:
+    def _require_pending(self, job_id: int, what: str,
+                         why: str = "changing the node list of a running job would resize it"
+                         ) -> None:
         state = self.job_state(job_id)
         if state != PENDING:
             raise SlurmError(
                 f"scontrol update JobId={int(job_id)} {what}",
-                f"refused: job {job_id} is {state or 'unknown'}, not PENDING"
-                " (changing the node list of a running job would resize it)",
+                f"refused: job {job_id} is {state or 'unknown'}, not PENDING ({why})",
             )
 
     def set_req_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
@@ -238,6 +242,17 @@ class CliSlurmClient(SlurmClient):
         """``scontrol update JobId=N ReqNodeList=`` on a pending job only."""
         self._require_pending(job_id, "ReqNodeList=")
         self._update(job_id, "ReqNodeList=")
+
+    def set_switches(self, job_id: int, count: int, wait: int) -> None:
+        """``scontrol update JobId=N Switches=count@HH:MM:SS`` on a pending job only."""
+        value = switches_text(count, wait)
+        self._require_pending(job_id, f"Switches={value}", _PENDING_ONLY)
+        self._update(job_id, f"Switches={value}")
+
+    def clear_switches(self, job_id: int) -> None:
+        """``scontrol update JobId=N Switches=0`` on a pending job only."""
+        self._require_pending(job_id, "Switches=0", _PENDING_ONLY)
+        self._update(job_id, "Switches=0")
 
 
 def _utc(t: datetime, *, ceil: bool = False) -> str:

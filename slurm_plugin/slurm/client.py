@@ -95,9 +95,41 @@ class SlurmClient(abc.ABC):
     def clear_req_nodes(self, job_id: int) -> None:
         """Remove a pending job's ReqNodeList (rollback of :meth:`set_req_nodes`)."""
 
+    @abc.abstractmethod
+    def set_switches(self, job_id: int, count: int, wait: int) -> None:
+        """Ask that a pending job run within ``count`` leaf switches (``Switches=``).
+
+        It waits up to ``wait`` seconds for them (``Switches=count@wait``; Slurm caps the
+        wait at its ``max_switch_wait``, and the wait runs from its next scheduling
+        attempt).
+
+        Raises:
+            ValueError: If ``count`` is not >= 1 or ``wait`` not >= 1.
+            SlurmError: If the job is not pending, or the update fails.
+        """
+
+    @abc.abstractmethod
+    def clear_switches(self, job_id: int) -> None:
+        """Remove a pending job's switch count (``Switches=0``; undoes :meth:`set_switches`)."""
+
 
 #: A node name rlsched will put into ReqNodeList (Slurm's own names are like this).
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def switches_text(count: int, wait: int) -> str:
+    """``Switches=`` value for :meth:`SlurmClient.set_switches`: ``count@[D-]HH:MM:SS``.
+
+    Raises:
+        ValueError: If ``count`` or ``wait`` is not an int >= 1.
+    """
+    for name, v in (("count", count), ("wait", wait)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"switch {name} must be an int >= 1, got {v!r}")
+    d, rest = divmod(wait, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{count}@{f'{d}-' if d else ''}{h:02d}:{m:02d}:{sec:02d}"
 
 
 def req_nodes_hostlist(nodes: Sequence[str]) -> str:

@@ -669,3 +669,15 @@ class PySlurmClient(SlurmClient):
 
         if self.call(command, check):
             self._cli_client().clear_req_nodes(jid)
+
+    def set_switches(self, job_id: int, count: int, wait: int) -> None:
+        """``scontrol update JobId=N Switches=count@wait`` on a pending job only.
+
+        pyslurm's ``JobSubmitDescription`` has no switch count, so this goes through
+        :class:`~slurm_plugin.slurm.cli_backend.CliSlurmClient`, as clearing does.
+        """
+        self._cli_client().set_switches(job_id, count, wait)
+
+    def clear_switches(self, job_id: int) -> None:
+        """``scontrol update JobId=N Switches=0`` on a pending job only (as set)."""
+        self._cli_client().clear_switches(job_id)

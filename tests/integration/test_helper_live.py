@@ -95,6 +95,40 @@ def test_steered_multinode_job_lands_within_one_leaf(slurm, submit: Submit, mode
     assert c not in helper.state.enforced.steer  # started: forgotten, never touched again
 
 
+def test_switches_steering_makes_a_job_wait_for_one_leaf(slurm, submit: Submit, model,
+                                                        tmp_path):
+    # node04 (leaf1) and node08 (leaf2) stay free: a 2-node job could start only across both
+    held = [submit("-N", "3", "--exclusive", "-w", "node[01-03]", "-t", "10", name="l1"),
+            submit("-N", "3", "--exclusive", "-w", "node[05-07]", "-t", "10", name="l2"),
+            submit("-N", "8", "--exclusive", "-w", "node[09-16]", "-t", "10", name="l34")]
+    for h in held:
+        wait_for(lambda h=h: running(slurm, h), what="the blockers to start")
+    b = submit("-N", "16", "--exclusive", "-t", "5", name="whole")  # waits for them all
+    c = submit("-N", "2", "--exclusive", "-t", "30", sleep=60, name="two")  # fits now, but
+    # backfill does not start it: it would delay b
+    wait_for(lambda: job_of(slurm, c) and job_of(slurm, c).is_pending, what="c pending")
+    helper, log = make_helper(tmp_path, model, steering="switches", steer_jobs=2,
+                              switch_wait=240.0)
+    rep = helper.run_once()
+    assert rep.ok, (rep.error, log.getvalue())
+    job_c = job_of(slurm, c)
+    if job_c.is_running:  # Slurm started it in between: the helper must not have touched it
+        assert c not in helper.state.enforced.switches
+        pytest.skip("the backfill scheduler started the job before the helper could act")
+    assert (job_c.switches, job_c.switches_wait) == (1, 240)
+    assert c in helper.state.enforced.switches
+    entries = helper.audit.store().audit_log(None, mode="enforce")
+    assert (c, "switches", "1@240") in {(e.job_id, e.field, e.new_value) for e in entries}
+    scancel(b)  # c could now start across node04 and node08 at once: it waits instead
+    time.sleep(4)
+    assert job_of(slurm, c).is_pending
+    scancel(held[1])  # leaf2 frees up
+    run_c = wait_for(lambda: running(slurm, c), timeout=60, what="c to start")
+    assert set(run_c.nodes) <= LEAVES[1], run_c.nodes
+    helper.run_once()
+    assert c not in helper.state.enforced.switches  # started: forgotten
+
+
 def _bad_model(kind: str, model: Path, d: Path) -> tuple[Path, dict, str]:
     """A broken copy of ``model``: (path, extra configuration, what the refusal says)."""
     path, card = d / "model.onnx", json.loads(card_path(model).read_text())

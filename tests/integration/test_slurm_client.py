@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -119,6 +120,46 @@ def test_clear_req_nodes(slurm: CliSlurmClient, submit: Submit):
     assert _job(slurm, job).required_nodes == ("node09",)
     slurm.clear_req_nodes(job)
     assert _job(slurm, job).required_nodes == ()
+
+
+def test_switches_are_set_and_cleared_on_a_pending_job(slurm: CliSlurmClient, submit: Submit):
+    blocker = submit("-N", "16", "--exclusive", name="blocker")
+    wait_for(lambda: _running(slurm, blocker), what="blocker to start")
+    job = submit("-N", "2", "--gres=gpu:8")
+    assert _job(slurm, job).switches is None
+    slurm.set_switches(job, 1, 240)  # (under max_switch_wait, 300 s here)
+    j = _job(slurm, job)
+    assert j.switches == 1 and j.switches_wait == 240
+    slurm.set_switches(job, 1, 3600)  # Slurm caps the wait at max_switch_wait
+    assert _job(slurm, job).switches_wait == 300
+    slurm.clear_switches(job)
+    assert _job(slurm, job).switches in (None, 0)
+    subprocess.run(["scancel", str(blocker)], check=True)
+    wait_for(lambda: _running(slurm, job), what="job to start")
+    with pytest.raises(SlurmError, match="not PENDING"):
+        slurm.set_switches(job, 1, 240)
+    with pytest.raises(SlurmError, match="not PENDING"):
+        slurm.clear_switches(job)
+    with pytest.raises(ValueError, match="switch wait"):
+        slurm.set_switches(job, 1, 0)
+
+
+def test_a_job_given_switches_waits_for_one_leaf(slurm: CliSlurmClient, submit: Submit):
+    # one node free in leaf1 (node04) and one in leaf2 (node08): a 2-node job could
+    # start now only across both leaves
+    held = [submit("-N", "3", "--exclusive", "-w", "node01,node02,node03"),
+            submit("-N", "3", "--exclusive", "-w", "node05,node06,node07"),
+            submit("-N", "8", "--exclusive", "-w", "node[09-16]")]
+    for b in held:
+        wait_for(lambda b=b: _running(slurm, b), what="blockers to start")
+    job = submit("-N", "2", "--exclusive", "--hold")
+    slurm.set_switches(job, 1, 240)
+    subprocess.run(["scontrol", "release", str(job)], check=True)
+    time.sleep(4)  # several scheduling passes (sched_interval=1, bf_interval=1)
+    assert _job(slurm, job).is_pending  # not spread over leaf1 and leaf2
+    subprocess.run(["scancel", str(held[1])], check=True)  # leaf2 frees up
+    j = wait_for(lambda: _running(slurm, job), what="job to start in one leaf")
+    assert set(j.nodes) <= {"node05", "node06", "node07", "node08"}
 
 
 def test_req_nodes_refuses_running_job(slurm: CliSlurmClient, submit: Submit):

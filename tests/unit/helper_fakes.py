@@ -16,7 +16,7 @@ import numpy as np
 
 from slurm_plugin import features as F
 from slurm_plugin.model import INPUTS, OUTPUTS, LoadedModel
-from slurm_plugin.slurm.client import SlurmClient, req_nodes_hostlist
+from slurm_plugin.slurm.client import SlurmClient, req_nodes_hostlist, switches_text
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.types import SchedulerConfig, SlurmJob, SlurmNode, Switch, SwitchTree
 
@@ -51,7 +51,7 @@ def cluster(n_nodes: int = 8, per_leaf: int = 4, cpus: int = 64, gpus: int = 8
 
 
 class FakeSlurm(SlurmClient):
-    """In-memory Slurm: reads return the lists; the three allowed changes update them."""
+    """In-memory Slurm: reads return the lists; the allowed changes update them."""
 
     backend = "fake"
 
@@ -119,6 +119,25 @@ class FakeSlurm(SlurmClient):
                              "refused: job is not PENDING")
         self.calls.append(("clear_req_nodes", job_id, None))
         self._jobs[job_id] = dataclasses.replace(job, required_nodes=())
+
+    def set_switches(self, job_id: int, count: int, wait: int) -> None:
+        text = switches_text(count, wait)
+        self._check_write(job_id, f"Switches={text}")
+        job = self._jobs.get(job_id)
+        if job is None or not job.is_pending:
+            raise SlurmError(f"scontrol update JobId={job_id} Switches={text}",
+                             "refused: job is not PENDING")
+        self.calls.append(("set_switches", job_id, (count, wait)))
+        self._jobs[job_id] = dataclasses.replace(job, switches=count, switches_wait=wait)
+
+    def clear_switches(self, job_id: int) -> None:
+        self._check_write(job_id, "Switches=0")
+        job = self._jobs.get(job_id)
+        if job is None or not job.is_pending:
+            raise SlurmError(f"scontrol update JobId={job_id} Switches=0",
+                             "refused: job is not PENDING")
+        self.calls.append(("clear_switches", job_id, None))
+        self._jobs[job_id] = dataclasses.replace(job, switches=None, switches_wait=None)
 
     # test helpers
     def job(self, job_id: int) -> SlurmJob:

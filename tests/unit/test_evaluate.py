@@ -709,6 +709,36 @@ def test_score_resolution_rounds_the_models_scores_as_the_helper_does(tiny_check
     assert exact.targets is not None and "rounded" not in guard_setup(exact.targets)
 
 
+def test_switch_wait_sits_inside_the_guard_and_is_recorded(tiny_checkpoint):
+    from trainer.evaluate import (
+        FixedPlacement,
+        StarvationGuard,
+        SwitchWait,
+        guard_setup,
+        load_policy,
+    )
+    from trainer.policy import TorchPolicy
+
+    pol = load_policy(tiny_checkpoint, starvation_limit=60.0, switch_wait=1800.0)
+    assert isinstance(pol, StarvationGuard) and isinstance(pol.inner, SwitchWait)
+    assert pol.inner.wait == 1800.0
+    # the helper steers by switch counts or by node lists: with a wait, Slurm places
+    assert isinstance(pol.inner.inner, FixedPlacement) and pol.inner.placement == "tree"
+    assert isinstance(load_policy(tiny_checkpoint), TorchPolicy)  # (its head places)
+    assert not isinstance(load_policy(tiny_checkpoint), SwitchWait)  # 0: nothing added
+    with pytest.raises(ValueError, match="switch_wait"):
+        EvalConfig(switch_wait=-1.0)
+    jobs, cl = _table(40)
+    cfg = EvalConfig(baselines=("slurm", "sjf"), starvation_limit=60.0, resamples=0,
+                     policy_placement="tree", switch_wait=1800.0, guard_heuristics=True)
+    res = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    assert res.targets is not None and res.targets["switch_wait"] == 1800.0
+    assert "multi-node jobs wait up to 30 min for one leaf switch" in guard_setup(res.targets)
+    plain = evaluate(jobs, cl, {"net": tiny_checkpoint},
+                     dataclasses.replace(cfg, switch_wait=0.0))
+    assert plain.targets is not None and "leaf switch" not in guard_setup(plain.targets)
+
+
 def test_guard_heuristics_replays_the_baselines_behind_the_models_guard():
     from trainer.evaluate import StarvationGuard, guard_setup, print_targets
 

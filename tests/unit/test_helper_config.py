@@ -88,6 +88,9 @@ def test_world_writable_config_is_refused(tmp_path):
     ('starvation_order = "policy"\nmapping = "logit"\n', "needs mapping"),
     ("score_resolution = -0.1\n", "score_resolution must be a finite number >= 0"),
     ("score_resolution = nan\n", "score_resolution must be a finite number >= 0"),
+    ('switch_wait = "2d"\n', "switch_wait must be at most 86400 s"),
+    ("switch_wait = 0\n", "switch_wait must be positive"),
+    ('steering = "features"\n', "steering = 'features'"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, match):
     with pytest.raises(C.ConfigError, match=match):

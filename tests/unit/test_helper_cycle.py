@@ -20,9 +20,10 @@ from slurm_plugin.helper.logs import EventLog
 from slurm_plugin.helper.state import HelperState
 from slurm_plugin.model import ModelError
 
-from .helper_fakes import NOW, FakeSlurm, linear_model, mk_job
+from .helper_fakes import NOW, FakeSlurm, cluster, linear_model, mk_job
 
-ALLOWED_CALLS = {"set_site_factor", "set_req_nodes", "clear_req_nodes"}
+ALLOWED_CALLS = {"set_site_factor", "set_req_nodes", "clear_req_nodes", "set_switches",
+                 "clear_switches"}
 
 
 def make(tmp_path, jobs, *, client=None, audit=None, loader=None, **cfg):
@@ -403,7 +404,8 @@ def test_shadow_rollback_is_virtual(tmp_path):
     # cycle 1 steers job 10; cycle 2 rolls it back (virtually) and steers the next job
     assert kinds == [("shadow", 10, "req_nodes", "node[01-04]"),
                      ("shadow", 10, "req_nodes", None), ("shadow", 11, "req_nodes", "node[01-02]")]
-    assert dataclasses.asdict(h.state.enforced) == {"site": {}, "steer": {}, "rolled_back": {}}
+    assert dataclasses.asdict(h.state.enforced) == {"site": {}, "steer": {}, "rolled_back": {},
+                                                    "switches": {}}
 
 
 def test_clock_watch_moves_times_of_jobs_seen_before_a_jump():
@@ -450,6 +452,63 @@ def test_clock_jumps_cause_no_starvation_storm_and_no_negative_waits(tmp_path):
     mono[0] += 3000.0
     rep = h.run_once()
     assert {c.job_id for c in rep.changes if c.reason == "starvation"} == {1, 2, 3}
+
+
+def spread_only():
+    """node04 (leaf1) and node08 (leaf2) free, the rest busy; jobs 20 (2 nodes), 21 (1),
+    22 (6 nodes: more than a leaf holds) pending."""
+    nodes, tree = cluster()
+    busy = {"node01", "node02", "node03", "node05", "node06", "node07"}
+    nodes = [dataclasses.replace(n, state="ALLOCATED", alloc_cpus=n.cpus, alloc_gpus=n.gpus)
+             if n.name in busy else n for n in nodes]
+    running = [mk_job(1, state="RUNNING", nodes=6, cpus=6 * 64,
+                      on=tuple(sorted(busy)), start=NOW - 60)]
+    pending = [mk_job(20, nodes=2, cpus=2, limit=60), mk_job(21, nodes=1, limit=600),
+               mk_job(22, nodes=6, cpus=6, limit=30)]
+    return FakeSlurm(running + pending, nodes, tree)
+
+
+def test_switches_steering_asks_a_spread_job_to_wait_for_one_leaf(tmp_path):
+    from slurm_plugin.helper.actuate import plan_reset
+
+    client = spread_only()
+    h, _, audit, stream = make(tmp_path, [], client=client, mode="enforce",
+                               steering="switches", switch_wait=1800.0, steer_jobs=4)
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    # job 20 fits now only over node04 + node08 and one leaf holds 2 nodes: it waits;
+    # 21 is one node, 22 fits in no leaf (nor now)
+    assert [c for c in client.calls if c[0].endswith("switches")] == [
+        ("set_switches", 20, (1, 1800))]
+    assert [(c.job_id, c.new, c.reason) for c in rep.changes if c.field == "switches"] == [
+        (20, (1, 1800), "locality")]
+    assert ("enforce", 20, "switches", None, "1@1800") in [
+        (e[1], e[3], e[4], e[5], e[6]) for e in audit.entries]
+    assert client.job(20).switches == 1 and h.state.enforced.switches == {20: NOW}
+    capped = [json.loads(x) for x in stream.getvalue().splitlines() if "switch_wait_capped" in x]
+    assert len(capped) == 1 and capped[0]["max_switch_wait"] == 300  # Slurm's default
+    h.run_once()  # asked once: not again
+    assert len([c for c in client.calls if c[0] == "set_switches"]) == 1
+    assert len([x for x in stream.getvalue().splitlines() if "switch_wait_capped" in x]) == 1
+    # reset clears what the helper set, and leaves a count someone else changed alone
+    entries = [(e[3], e[4], e[1], e[5], e[6]) for e in audit.entries]
+    changes, notes = plan_reset(entries, {j.job_id: j for j in client.jobs()})
+    assert [(c.job_id, c.field, c.new) for c in changes if c.field == "switches"] == [
+        (20, "switches", None)]
+    other = {20: dataclasses.replace(client.job(20), switches=2)}
+    changes, notes = plan_reset(entries, other)
+    assert not [c for c in changes if c.field == "switches"] and "left alone" in notes[-1]
+
+
+def test_switches_steering_in_shadow_mode_changes_nothing(tmp_path):
+    client = spread_only()
+    h, _, audit, _ = make(tmp_path, [], client=client, steering="switches", steer_jobs=4)
+    for _ in range(2):
+        assert h.run_once().ok
+    assert not [c for c in client.calls]
+    assert [(e[1], e[3], e[6]) for e in audit.entries if e[4] == "switches"] == [
+        ("shadow", 20, "1@1800")]  # once: the shadow state remembers it
+    assert h.state.shadow.switches == {20: NOW} and h.state.enforced.switches == {}
 
 
 def test_a_model_whose_placement_head_was_not_trained_does_not_steer(tmp_path):

@@ -232,3 +232,36 @@ def test_steer_skips_jobs_that_do_not_fit_and_checks_the_choice():
     with pytest.raises(ValueError, match="candidate"):
         D.steer(jobs, nodes, [0], np.array([True]), np.array([True]), lambda r: ok,
                 lambda r, c: 99, max_jobs=1)
+
+
+def test_leaf_waits_picks_jobs_that_could_start_now_only_across_leaves():
+    nodes = _nodes()  # free: 0, 1 (leaf 0; node 2 busy) and 3, 4, 5 (leaf 1)
+    ok = np.ones(6, dtype=bool)
+    yes = np.array([True, True, True])
+    # jobs one leaf holds now are left to Slurm and take their nodes: row 0 (3 nodes)
+    # leaf 1, row 1 (2 nodes) leaf 0; row 2 then does not fit now: nothing waits
+    jobs = _jobs([3, 2, 2], [4, 4, 4])
+    assert D.leaf_waits(jobs, nodes, [0, 1, 2], yes, yes, lambda r: ok, max_jobs=4) == []
+    # 4 nodes never fit one leaf of 3: it starts across leaves, no wait
+    jobs = _jobs([4], [4])
+    assert D.leaf_waits(jobs, nodes, [0], yes[:1], yes[:1], lambda r: ok, max_jobs=1) == []
+    # row 0 (1 node) is not looked at. Row 1 (3 nodes, kept off node 5) fits now only
+    # over nodes 0, 1, 3, 4, while leaf 0 holds it once node 2 is free: it waits and
+    # takes nothing, so row 2 (3 nodes) still gets leaf 1 whole
+    jobs = _jobs([1, 3, 3], [1, 1, 1])
+    no5 = np.array([1, 1, 1, 1, 1, 0], dtype=bool)
+    allowed = {0: ok, 1: no5, 2: ok}
+    got = D.leaf_waits(jobs, nodes, [0, 1, 2], yes, yes, lambda r: allowed[r], max_jobs=4)
+    assert got == [1]
+    # max_jobs counts the multi-node jobs looked at (row 2 first takes leaf 1)
+    assert D.leaf_waits(jobs, nodes, [0, 2, 1], yes, yes, lambda r: allowed[r],
+                        max_jobs=1) == []
+    # a job that may not be steered, or that does not fit now, is skipped
+    no1 = np.array([True, False, True])
+    for may, fits in ((no1, yes), (yes, no1)):
+        assert D.leaf_waits(jobs, nodes, [0, 1, 2], may, fits, lambda r: allowed[r],
+                            max_jobs=4) == []
+    # no tree (one leaf): nothing to wait for
+    flat = replace(nodes, leaf=np.zeros(6, dtype=np.int64), n_leaves=1)
+    assert D.leaf_waits(jobs, flat, [0, 1, 2], yes, yes, lambda r: allowed[r],
+                        max_jobs=4) == []

@@ -13,6 +13,7 @@ from slurm_plugin.helper import actuate as A
 from slurm_plugin.helper.logs import EventLog
 from slurm_plugin.helper.metrics import Metrics, MetricsServer
 from slurm_plugin.helper.state import HelperState, LockedError, Section, Steering, lock
+from slurm_plugin.slurm.client import switches_text
 
 from .helper_fakes import FakeSlurm, mk_job
 
@@ -63,6 +64,23 @@ def test_node_lists_go_to_slurm_as_names_and_audit_as_hostlists():
     res = A.Actuator(client, (0, 1)).apply([A.Change(1, "req_nodes", None, "node01", "x")])
     assert "non-empty sequence" in res.failed[0][1]
     assert A.parse_nodes("node[03,01]") == ("node01", "node03")
+
+
+def test_switch_requests_are_bounded_and_audit_as_count_at_seconds():
+    client = FakeSlurm([mk_job(1, nodes=2)])
+    c = A.Change(1, "switches", None, (1, 1800), "locality")
+    assert c.as_audit() == (1, "switches", None, "1@1800")
+    res = A.Actuator(client, (0, 1), max_consecutive_failures=9).apply([
+        c, A.Change(1, "switches", (1, 1800), None, "reset"),
+        A.Change(1, "switches", None, (2, 1800), "locality"),  # only one leaf is asked for
+        A.Change(1, "switches", None, (1, 2 * 86400), "locality"),  # over a day
+        A.Change(1, "switches", None, (1, 0), "locality"),
+        A.Change(1, "switches", None, "1@1800", "locality")])
+    assert client.calls == [("set_switches", 1, (1, 1800)), ("clear_switches", 1, None)]
+    assert len(res.failed) == 4 and all("switch request" in why for _, why in res.failed)
+    assert switches_text(1, 1800) == "1@00:30:00" and switches_text(1, 90061) == "1@1-01:01:01"
+    with pytest.raises(ValueError, match="switch wait"):
+        switches_text(1, 0)
 
 
 def test_plan_reset_only_undoes_the_helpers_own_values():

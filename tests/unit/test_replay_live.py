@@ -71,10 +71,14 @@ def test_submit_argv_runs_sbatch_as_the_jobs_user_without_a_shell():
 def test_config_refuses_bad_values():
     rl.ReplayLiveConfig(trace="t")
     for bad in ({"speedup": 0}, {"runs": "twice"}, {"steering": "features"},
-                {"user_prefix": "Bad-Name"}, {"jobs": 0}):
+                {"user_prefix": "Bad-Name"}, {"jobs": 0}, {"switch_wait": 0}):
         with pytest.raises(ValueError):
             rl.ReplayLiveConfig(trace="t", **bad)
     assert rl.ReplayLiveConfig(trace="t", runs="helper").run_names == ("helper",)
+    # the leaf-switch wait is a trace time: divided by the speedup, at least 1 s
+    cfg = rl.ReplayLiveConfig(trace="t", steering="switches", switch_wait=1800, speedup=500)
+    assert rl.live_switch_wait(cfg) == 3.6
+    assert rl.live_switch_wait(dataclasses.replace(cfg, speedup=1e5)) == 1.0
 
 
 def test_helper_configuration_file_is_what_the_helper_reads(tmp_path):
@@ -104,11 +108,12 @@ def test_check_audit_passes_a_clean_run():
     recs = [acct(1, 100, ("n1",)), acct(2, 110, ("n2", "n3"))]
     entries = [entry(1, 1, "site_factor", "50000", T0 + 90),
                entry(2, 2, "site_factor", "100000", T0 + 90),
-               entry(3, 2, "req_nodes", "n[2-3]", T0 + 108)]
+               entry(3, 2, "req_nodes", "n[2-3]", T0 + 108),
+               entry(4, 2, "switches", "1@4", T0 + 108)]
     samples = [(T0 + 89.5, 1, 0, ()), (T0 + 91.0, 1, 50000, ()), (T0 + 95.0, 2, 100000, ())]
     chk = rl.check_audit(entries, recs, [1, 2], samples, interval=2.0)
     assert chk.ok, chk
-    assert chk.changes == {"site_factor": 2, "req_nodes": 1}
+    assert chk.changes == {"site_factor": 2, "req_nodes": 1, "switches": 1}
     assert chk.steered == 1 and chk.samples == 3 and chk.shown == 2
     assert chk.settled == 1.0  # the sample 5 s after the change shows it
     assert chk.to_dict()["ok"] is True

@@ -179,6 +179,35 @@ def test_dsif_delays_a_spread_job_for_its_best_locality():
     assert best_leaf_span(r.cluster, 2) == 1 and best_leaf_span(r.cluster, 4) == 2
 
 
+def test_switch_wait_holds_a_spread_job_for_one_leaf_then_lets_it_spread():
+    from trainer.evaluate import SwitchWait, as_deployed
+
+    def run(recs, wait):
+        cl = Cluster.from_spec(spec(6, per_leaf=3))
+        pol = as_deployed(make_policy("sif"), switch_wait=wait)
+        r = Simulator(build_jobs(recs, cl), cl, pol, EXACT,
+                      EngineOptions(keep_placements=True)).run()
+        return r, pol
+
+    # as in the dsif test: at t=5 job 3 (2 nodes) could start only across both leaves
+    base = [job(1, 0, 1000, 2), job(2, 0, 100, 2), job(3, 5, 50, 2)]
+    tiny = [job(10 + k, t, 1, 1) for k, t in enumerate((10, 30, 60, 80))]  # decision times
+    r, pol = run(base + tiny, 200)
+    assert isinstance(pol, SwitchWait) and starts(r)[3] == 100 and r.leaves[2] == 1
+    assert pol.since == {2: T0 + 5}  # (row 2) refused from t=5 until job 2 freed leaf 0
+    r, _ = run(base + tiny, 50)  # waited 50 s: after t=55 it spreads, at t=61 (the 1 s
+    assert starts(r)[3] == 61 and r.leaves[2] == 2  # job of t=60 goes first: SIF)
+    # a job that no leaf can ever hold (4 nodes > 3 per leaf) never waits
+    big = [job(1, 0, 1000, 1), job(2, 0, 100, 1), job(3, 5, 50, 4)]
+    r, pol = run(big, 200)
+    assert starts(r)[3] == 5 and r.leaves[2] == 2 and pol.since == {}
+    # nor does a one-node job, whatever it spans; and no wait: the inner policy as it is
+    r, _ = run(base, 0)
+    assert starts(r)[3] == 5 and r.leaves[2] == 2
+    with pytest.raises(ValueError, match="switch wait"):
+        SwitchWait(make_policy("sif"), 0)
+
+
 def test_random_order_is_reproducible_per_seed():
     cl = Cluster.from_spec(spec(4))
     jobs = build_jobs([job(k, k, 10) for k in range(1, 41)], cl)
