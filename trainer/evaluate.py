@@ -553,7 +553,7 @@ class SwitchWait(Wrapped):
         """The inner placement, or ``None`` while the job waits for one leaf."""
         res = self.inner.place(cluster, state, usable, req, leaf_counts)
         if (res is None or req.job < 0 or res[1] <= 1 or req.nodes < 2
-                or req.nodes > int(cluster.leaf_size.max())):
+                or req.nodes > cluster.max_leaf):
             return res
         first = self.since.setdefault(req.job, req.now)
         return None if req.now < first + self.wait else res
@@ -1136,10 +1136,9 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             if isinstance(pol, Sef):  # the users' history before the test period, as a
                 pol.history = history(pol.norm)  # learned policy's (then its completions)
             if cfg.guard_heuristics and name != SLURM:
-                if cfg.switch_wait > 0:
-                    pol = SwitchWait(pol, cfg.switch_wait)
-                if cfg.starvation_limit > 0:
-                    pol = StarvationGuard(pol, cfg.starvation_limit, cfg.starvation_order)
+                pol = as_deployed(pol, starvation_limit=cfg.starvation_limit,
+                                  starvation_order=cfg.starvation_order,
+                                  switch_wait=cfg.switch_wait)
             return pol, o
         runs.append((name, baseline))
 

@@ -65,14 +65,16 @@ from typing import Any
 
 import click
 
+from slurm_plugin.helper.config import STEERING
+
 __all__ = ["RUNS", "TOLERANCE", "AuditCheck", "HelperProcess", "QueueSampler",
            "ReplayLiveConfig", "Workload", "build_workload", "check_audit", "headline",
            "not_worse", "replay_live", "run_replay"]
 
 #: The runs, in order: Slurm alone, then Slurm with the helper.
 RUNS = ("slurm", "helper")
-#: Helper steerings a live replay can run.
-STEERINGS = ("reqnodes", "switches", "none")
+#: Helper steerings a live replay can run: every one the helper knows.
+STEERINGS = tuple(STEERING)
 
 #: How much worse than Slurm alone the helper run may be: (relative, bsld, wait s).
 TOLERANCE = (0.10, 0.25, 3.0)

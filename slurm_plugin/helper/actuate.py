@@ -327,6 +327,19 @@ def parse_nodes(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tuple(sorted(expand(text)))
 
 
+def _follow(table: dict[int, Any], job_id: int, mode: str, value: Any) -> None:
+    """Keep ``table[job_id]`` as the value the helper set and that is still in effect.
+
+    An ``enforce`` entry sets it; a ``reset``, a clearing entry, or a ``failed`` entry of
+    that same value (the change was never made) forgets it.
+    """
+    if mode == "enforce" and value:
+        table[job_id] = value
+    elif mode in ("failed", "reset") or value is None:
+        if mode != "failed" or table.get(job_id) == value:
+            table.pop(job_id, None)
+
+
 def plan_reset(entries: Sequence[tuple[int, str, str, str | None, str | None]],
                jobs: Mapping[int, SlurmJob]) -> tuple[list[Change], list[str]]:
     """What ``rlsched helper reset`` undoes: the helper's own values, still in place.
@@ -348,11 +361,7 @@ def plan_reset(entries: Sequence[tuple[int, str, str, str | None, str | None]],
         if mode not in ("enforce", "failed", "reset"):
             continue  # shadow entries changed nothing
         if fld == "switches":
-            if mode == "enforce" and new is not None:
-                switches[job_id] = new
-            elif mode in ("failed", "reset") or new is None:
-                if mode != "failed" or switches.get(job_id) == new:
-                    switches.pop(job_id, None)
+            _follow(switches, job_id, mode, new)
             continue
         if fld == "site_factor":
             if mode == "enforce" and new is not None:
@@ -360,12 +369,7 @@ def plan_reset(entries: Sequence[tuple[int, str, str, str | None, str | None]],
             elif mode in ("failed", "reset") or new is None:
                 site.pop(job_id, None)
         elif fld == "req_nodes":
-            nodes = parse_nodes(new)
-            if mode == "enforce" and nodes:
-                steer[job_id] = nodes
-            elif mode in ("failed", "reset") or nodes is None:
-                if mode != "failed" or steer.get(job_id) == nodes:
-                    steer.pop(job_id, None)
+            _follow(steer, job_id, mode, parse_nodes(new))
     changes: list[Change] = []
     notes: list[str] = []
     for job_id, value in sorted(site.items()):

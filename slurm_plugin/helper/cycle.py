@@ -52,7 +52,7 @@ from ..model import (
 from ..scorer import OnnxScorer
 from ..slurm.client import SlurmClient
 from ..slurm.errors import SlurmError
-from ..slurm.types import PENDING, RUNNING, SlurmJob, SwitchTree
+from ..slurm.types import PENDING, RUNNING, SchedulerConfig, SlurmJob, SwitchTree
 from . import decide
 from .actuate import Actuator, AuditSink, Change
 from .config import HelperConfig
@@ -240,6 +240,7 @@ class Helper:
         self._last_nodes: list[Any] = []
         self._steer_off_sha: str | None = None  # model whose steering_off was logged
         self._switch_cap_checked = False  # max_switch_wait compared with switch_wait
+        self._slurm_config: SchedulerConfig | None = None  # read once (scontrol show config)
         #: The last cycle's observation (for inspection and benchmarks).
         self.last_observation: Observation | None = None
         self._lock = threading.Lock()
@@ -347,7 +348,7 @@ class Helper:
         self._last_nodes = nodes
         tree = self.client.topology()
         if self._cluster is None:
-            self._cluster = self.client.config().cluster_name or None
+            self._cluster = self._config().cluster_name or None
         by_id = {j.job_id: j for j in jobs}
         running = [j for j in jobs if j.is_running]
         pending = [j for j in jobs if schedulable(j)]
@@ -503,6 +504,12 @@ class Helper:
         return [Change(pending[r].job_id, "switches", None, (1, wait), "locality")
                 for r in rows]
 
+    def _config(self) -> SchedulerConfig:
+        """Slurm's configuration, read once (it changes only with a reconfigure)."""
+        if self._slurm_config is None:
+            self._slurm_config = self.client.config()
+        return self._slurm_config
+
     def _check_switch_wait(self, wait: int) -> None:
         """Warn once when Slurm's ``max_switch_wait`` cuts the helper's wait short."""
         if self._switch_cap_checked:
@@ -510,7 +517,7 @@ class Helper:
         self._switch_cap_checked = True
         cap = 300
         try:
-            params = self.client.config().scheduler_parameters
+            params = self._config().scheduler_parameters
             cap = int(float(params.get("max_switch_wait", cap)))
         except Exception as exc:  # noqa: BLE001 - only a warning depends on it
             self.log.info("switch_wait_unchecked", error=_one_line(exc))

@@ -101,41 +101,32 @@ class FakeSlurm(SlurmClient):
         self.calls.append(("set_site_factor", job_id, value))
         self._jobs[job_id] = dataclasses.replace(self._jobs[job_id], site_factor=value)
 
-    def set_req_nodes(self, job_id: int, nodes) -> None:
-        hl = req_nodes_hostlist(nodes)
-        self._check_write(job_id, f"ReqNodeList={hl}")
+    def _pending(self, job_id: int, what: str) -> SlurmJob:
+        """The job, if a write may change it: writes can fail; only pending jobs change."""
+        self._check_write(job_id, what)
         job = self._jobs.get(job_id)
         if job is None or not job.is_pending:
-            raise SlurmError(f"scontrol update JobId={job_id} ReqNodeList={hl}",
+            raise SlurmError(f"scontrol update JobId={job_id} {what}",
                              "refused: job is not PENDING")
+        return job
+
+    def set_req_nodes(self, job_id: int, nodes) -> None:
+        job = self._pending(job_id, f"ReqNodeList={req_nodes_hostlist(nodes)}")
         self.calls.append(("set_req_nodes", job_id, tuple(sorted(nodes))))
         self._jobs[job_id] = dataclasses.replace(job, required_nodes=tuple(sorted(nodes)))
 
     def clear_req_nodes(self, job_id: int) -> None:
-        self._check_write(job_id, "ReqNodeList=")
-        job = self._jobs.get(job_id)
-        if job is None or not job.is_pending:
-            raise SlurmError(f"scontrol update JobId={job_id} ReqNodeList=",
-                             "refused: job is not PENDING")
+        job = self._pending(job_id, "ReqNodeList=")
         self.calls.append(("clear_req_nodes", job_id, None))
         self._jobs[job_id] = dataclasses.replace(job, required_nodes=())
 
     def set_switches(self, job_id: int, count: int, wait: int) -> None:
-        text = switches_text(count, wait)
-        self._check_write(job_id, f"Switches={text}")
-        job = self._jobs.get(job_id)
-        if job is None or not job.is_pending:
-            raise SlurmError(f"scontrol update JobId={job_id} Switches={text}",
-                             "refused: job is not PENDING")
+        job = self._pending(job_id, f"Switches={switches_text(count, wait)}")
         self.calls.append(("set_switches", job_id, (count, wait)))
         self._jobs[job_id] = dataclasses.replace(job, switches=count, switches_wait=wait)
 
     def clear_switches(self, job_id: int) -> None:
-        self._check_write(job_id, "Switches=0")
-        job = self._jobs.get(job_id)
-        if job is None or not job.is_pending:
-            raise SlurmError(f"scontrol update JobId={job_id} Switches=0",
-                             "refused: job is not PENDING")
+        job = self._pending(job_id, "Switches=0")
         self.calls.append(("clear_switches", job_id, None))
         self._jobs[job_id] = dataclasses.replace(job, switches=None, switches_wait=None)
 
