@@ -31,8 +31,9 @@ wall time):
 8. ``export``: :func:`exporter.onnx_export.export` of that checkpoint (parity with
    torch on simulator observations) and ``rlsched verify`` on the result.
 9. ``guard``: the helper's starvation guard for that model, chosen on the validation
-   period as ``rlsched tune-guard`` chooses it (:func:`trainer.guard.sweep`: each limit
-   of :data:`trainer.guard.DEFAULT_LIMITS` in both orders, the lowest mean bounded
+   period and the periods just before it as ``rlsched tune-guard`` chooses it
+   (:func:`trainer.guard.sweep` over :func:`trainer.guard.default_windows` windows: each
+   limit of :data:`trainer.guard.DEFAULT_LIMITS` in both orders, the lowest mean bounded
    slowdown within Slurm's p99-wait and utilisation bounds); printed as the
    ``helper.toml`` lines to set.
 10. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
@@ -605,22 +606,25 @@ class Demo:
     def guard(self) -> None:
         """Choose the helper's starvation guard for the model on the validation period."""
         from .evaluate import EvalConfig
-        from .guard import grid, sweep, write_sweep
+        from .guard import default_windows, grid, sweep, write_sweep
 
         c = self.config
+        cfg = EvalConfig(train=c.train, val=c.val, threads=c.threads)
         res = sweep(self.state["jobs"], self.state["cluster"], self.state["model"], grid(),
-                    EvalConfig(train=c.train, val=c.val, threads=c.threads),
-                    speed_model=c.speed, seed=c.seed, progress=self.show)
+                    cfg, speed_model=c.speed, seed=c.seed, progress=self.show,
+                    windows=default_windows(self.state["jobs"].n, cfg))
         write_sweep(res, self.out / "guard", {"input": {"model": str(self.state["model"])}})
         v = res.toml_values()
         assert res.choice is not None  # (guarded settings were tried)
         row = res.rows[res.choice[0]]
         self.state["guard"] = v
-        self.summary["guard"] = {**v, "why": res.choice[1],
+        self.summary["guard"] = {**v, "why": res.choice[1], "windows": len(res.windows),
                                  "val_bsld_mean": row["bsld_mean"],
                                  "unguarded_val_bsld_mean": res.rows[0]["bsld_mean"],
                                  "slurm_val_bsld_mean": res.slurm["bsld_mean"]}
-        self.say(f"  on the validation period: mean bsld {row['bsld_mean']:.3f} behind"
+        where = ("on the validation period" if len(res.windows) == 1 else
+                 f"on {len(res.windows)} validation windows (geometric mean)")
+        self.say(f"  {where}: mean bsld {row['bsld_mean']:.3f} behind"
                  f" {row['setting'].label} ({res.rows[0]['bsld_mean']:.3f} without a guard,"
                  f" slurm {res.slurm['bsld_mean']:.3f}); helper.toml: starvation_limit ="
                  f" {v['starvation_limit']:.1f}, starvation_order = \"{v['starvation_order']}\"")

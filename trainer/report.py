@@ -284,12 +284,19 @@ def _guard(run: Path) -> str:
             f"<td>{_pct(r['bsld_vs_slurm'] - 1)}</td><td{p99}>{_days(r['wait_p99'])}</td>"
             f"<td{mx}>{_days(r['wait_max'])}</td><td{util}>{_num(r['util'])}</td></tr>")
     a, b = g["period"]["jobs"]
+    many = g["period"].get("windows") or []
     why = (f" Chosen: starvation_limit = {choice['starvation_limit']:g} s, starvation_order"
            f" = {choice['starvation_order']}, {choice['why']}." if choice else "")
+    what = (f"jobs {a} to {b - 1} (the validation period; never the test period)"
+            if len(many) < 2 else
+            f"{len(many)} periods of {b - a} jobs, jobs {many[0][0]} to {b - 1} (the last"
+            " the validation period; never the test period), each on its own, and shows"
+            " geometric means of the bsld and the waits and the mean utilisation over"
+            " them,")
     return ("<h2>Starvation guard, chosen on the validation period</h2>"
-            f"<p class='note'>rlsched tune-guard replayed jobs {a} to {b - 1} (the validation"
-            " period; never the test period) under the model behind each guard setting,"
-            " without a guard and under Slurm. Marked: a p99 wait more than"
+            f"<p class='note'>rlsched tune-guard replayed {what} under the model behind"
+            " each guard setting, without a guard and under Slurm. Marked: a p99 wait more"
+            " than"
             f" {_pct(g['p99_slack'])} above Slurm's, a longest wait over its bound (when"
             f" one was given), or a utilisation below Slurm's.{esc(why)}"
             "</p>"

@@ -12,7 +12,16 @@ from click.testing import CliRunner
 
 from slurm_plugin import cli
 from trainer.evaluate import SLURM, EvalConfig, Split, _util_reading, evaluate, time_split
-from trainer.guard import GuardSetting, choose, grid, parse_limits, parse_resolutions, sweep
+from trainer.guard import (
+    GuardSetting,
+    choose,
+    grid,
+    parse_limits,
+    parse_resolutions,
+    pooled,
+    sweep,
+    validation_windows,
+)
 from trainer.sim.state import Cluster, build_jobs
 from trainer.sim.stepper import window
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
@@ -107,6 +116,16 @@ def _table(n: int, interarrival: float):
     return build_jobs(replay_records(generate(wc), spec), cl), cl
 
 
+def _by_hand(jobs, cl, model, s, a, b, val):
+    """The model behind setting ``s`` and Slurm on jobs ``a..b`` as their "test": evaluate
+    on the jobs before ``b`` only, after 20 warm-up jobs (5% of all 400, not of ``b``)."""
+    c = EvalConfig(train=0.5, val=val, warmup=20.5 / b, baselines=(SLURM,),
+                   starvation_limit=s.limit, starvation_order=s.order)
+    ev = evaluate(window(jobs, 0, b, shift=False), cl, {"m": model}, c, split=Split(b, a, a))
+    assert ev.metrics["m"]["jobs"] == b - a
+    return ev.metrics["m"], ev.metrics[SLURM]
+
+
 def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
     jobs, cl = _table(400, interarrival=5.0)  # a queue builds up
     cfg = EvalConfig(train=0.5, val=0.3, warmup=0.05)
@@ -118,14 +137,8 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
     # by hand: evaluate on the jobs before the test period, the validation period as
     # its "test" (the test period's jobs are never replayed), after as many warm-up jobs
     # as evaluate replays before the test period: 5% of all 400, not of the 320 kept
-    cut = window(jobs, 0, b, shift=False)
     for r in res.rows:
-        s = r["setting"]
-        c = EvalConfig(train=0.5, val=0.3, warmup=20.5 / b, baselines=(SLURM,),
-                       starvation_limit=s.limit, starvation_order=s.order)
-        ev = evaluate(cut, cl, {"m": tiny_checkpoint}, c, split=Split(b, a, a))
-        m, sl = ev.metrics["m"], ev.metrics[SLURM]
-        assert m["jobs"] == b - a
+        m, sl = _by_hand(jobs, cl, tiny_checkpoint, r["setting"], a, b, 0.3)
         assert r["bsld_mean"] == pytest.approx(m["bsld"]["mean"])
         assert r["wait_p99"] == pytest.approx(m["wait_s"]["p99"])
         assert r["wait_max"] == pytest.approx(m["wait_s"]["max"])
@@ -137,6 +150,7 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
         assert r["bsld_vs_slurm"] == pytest.approx(m["bsld"]["mean"] / sl["bsld"]["mean"])
     assert res.rows[1]["wait_max"] != res.rows[0]["wait_max"]  # the guard acted
     assert res.choice is not None and res.choice[0] in (1, 2)
+    assert res.windows == [(200, 320)] and all("windows" not in r for r in res.rows)
     d = res.to_dict()
     assert d["period"] == {"jobs": [200, 320], "kind": "validation"}
     assert d["choice"]["starvation_limit"] == 60.0 and d["rows"][0]["setting"]["label"] == "none"
@@ -153,6 +167,77 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
         sweep(jobs, cl, tiny_checkpoint, settings, EvalConfig(val=0.0))
 
 
+def test_pooled_figures_weigh_every_window_the_same():
+    one = {"bsld_mean": 3.7, "wait_p99": 1234.5, "wait_max": 99.9, "util": 0.81,
+           "util_arrivals": 0.79}
+    assert pooled([one]) == one  # one window: its figures, exactly
+    two = {"bsld_mean": 37.0, "wait_p99": 12.345, "wait_max": 9.99, "util": 0.61,
+           "util_arrivals": 0.59}
+    p = pooled([one, two])
+    assert p["bsld_mean"] == pytest.approx((3.7 * 37.0) ** 0.5)
+    assert p["wait_p99"] == pytest.approx(123.45) and p["wait_max"] == pytest.approx(31.59,
+                                                                                     rel=1e-3)
+    assert p["util"] == pytest.approx(0.71) and p["util_arrivals"] == pytest.approx(0.69)
+    # a ratio of pooled figures is the geometric mean of the per-window ratios
+    s1, s2 = {**one, "bsld_mean": 7.4}, {**two, "bsld_mean": 3.7}
+    ratio = p["bsld_mean"] / pooled([s1, s2])["bsld_mean"]
+    assert ratio == pytest.approx(((3.7 / 7.4) * (37.0 / 3.7)) ** 0.5)
+
+
+def test_validation_windows_end_at_the_test_period_and_keep_their_warmup():
+    cfg = EvalConfig(train=0.5, val=0.2, warmup=0.05)  # 400 jobs: val 200..279, 20 warm
+    assert validation_windows(400, cfg) == [(200, 280)]
+    assert validation_windows(400, cfg, 3) == [(40, 120), (120, 200), (200, 280)]
+    with pytest.raises(ValueError, match="do not fit .* 20 warm-up jobs each: at most 3"):
+        validation_windows(400, cfg, 4)
+    with pytest.raises(ValueError, match="windows must be >= 1"):
+        validation_windows(400, cfg, 0)
+    with pytest.raises(ValueError, match="validation period is empty"):
+        validation_windows(400, EvalConfig(val=0.0), 2)
+
+
+def test_sweep_over_windows_pools_replays_made_as_evaluate_makes_them(tiny_checkpoint):
+    jobs, cl = _table(400, interarrival=5.0)
+    cfg = EvalConfig(train=0.5, val=0.2, warmup=0.05)
+    settings = [GuardSetting(60.0, "age"), GuardSetting(60.0, "policy")]
+    res = sweep(jobs, cl, tiny_checkpoint, settings, cfg, windows=3, max_wait_slack=0.5)
+    assert res.period == (200, 280) and res.windows == [(40, 120), (120, 200), (200, 280)]
+    slurm_w = []
+    for k, (a, b) in enumerate(res.windows):  # by hand: each window on its own
+        for i, r in enumerate(res.rows):
+            m, sl = _by_hand(jobs, cl, tiny_checkpoint, r["setting"], a, b, 0.2)
+            w = r["windows"][k]
+            assert w["bsld_mean"] == pytest.approx(m["bsld"]["mean"])
+            assert w["wait_p99"] == pytest.approx(m["wait_s"]["p99"])
+            assert w["p99_ok"] == (m["wait_s"]["p99"] <= 1.1 * sl["wait_s"]["p99"])
+            assert w["bsld_vs_slurm"] == pytest.approx(m["bsld"]["mean"] / sl["bsld"]["mean"])
+            if i == 0:
+                slurm_w.append(sl)
+    geo = 1.0
+    for sl in slurm_w:
+        geo *= sl["bsld"]["mean"]
+    assert res.slurm["bsld_mean"] == pytest.approx(geo ** (1 / 3))
+    for r in res.rows:  # the row: pooled figures, bounds read on them
+        assert r["bsld_mean"] == pytest.approx(pooled(r["windows"])["bsld_mean"])
+        assert r["util"] == pytest.approx(sum(w["util"] for w in r["windows"]) / 3)
+        assert r["p99_ok"] == (r["wait_p99"] <= 1.1 * res.slurm["wait_p99"])
+        assert r["util_ok"] == (r["util"] >= res.slurm["util"])
+        assert r["max_ok"] == (r["wait_max"] <= 1.5 * res.slurm["wait_max"])
+        assert r["bsld_vs_slurm"] == pytest.approx(r["bsld_mean"] / res.slurm["bsld_mean"])
+    assert res.choice == choose(res.rows)
+    # the last window is the validation period, replayed as a one-window sweep does
+    one = sweep(jobs, cl, tiny_checkpoint, settings, cfg, max_wait_slack=0.5)
+    for r, o in zip(res.rows, one.rows, strict=True):
+        assert {k: r["windows"][-1][k] for k in o if k != "setting"} == {
+            k: v for k, v in o.items() if k != "setting"}
+    d = res.to_dict()
+    assert d["period"]["windows"] == [[40, 120], [120, 200], [200, 280]]
+    assert len(d["rows"][1]["windows"]) == 3
+    json.dumps(d)
+    with pytest.raises(ValueError, match="at most 3"):
+        sweep(jobs, cl, tiny_checkpoint, settings, cfg, windows=4)
+
+
 def _tune(model, out, *extra):
     """``rlsched tune-guard`` on Lublin's first 300 jobs, 1 h and 2 d in age order."""
     r = CliRunner().invoke(cli.main, [
@@ -165,7 +250,7 @@ def _tune(model, out, *extra):
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (shared traces)")
 def test_tune_guard_command(tmp_path, tiny_checkpoint):
     out = tmp_path / "g"
-    r = _tune(tiny_checkpoint, out, "--max-wait-slack", "0.5")
+    r = _tune(tiny_checkpoint, out, "--max-wait-slack", "0.5", "--windows", "1")
     assert "validation period: jobs 210..239 (30 jobs)" in r.output
     assert "longest-wait bound: Slurm's + 50%" in r.output
     assert "to last arrival" in r.output  # (shown beside the checked utilisation)
@@ -184,7 +269,7 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert "score_resolution" not in r.output
     # with score resolutions: each guard once per resolution; the helper lines say which
     rounded = tmp_path / "r"
-    r = _tune(tiny_checkpoint, rounded, "--resolutions", "0,1e6")
+    r = _tune(tiny_checkpoint, rounded, "--resolutions", "0,1e6", "--windows", "1")
     tied = json.loads((rounded / "guard.json").read_text())
     assert tied["resolutions"] == [0.0, 1e6]
     assert [x["setting"]["label"] for x in tied["rows"]] == [
@@ -208,3 +293,29 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
                                         str(LUBLIN), "--limits", "soon"])
     assert bad.exit_code != 0 and "span" in bad.output
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (shared traces)")
+def test_tune_guard_command_over_windows(tmp_path, tiny_checkpoint):
+    out = tmp_path / "w"
+    r = _tune(tiny_checkpoint, out)  # by default: the validation period and 3 before it
+    assert "validation: 4 windows of 30 jobs (jobs 120..239, the last the validation" in r.output
+    assert "lower in" in r.output and "starvation_limit = " in r.output
+    data = json.loads((out / "guard.json").read_text())
+    assert data["period"]["windows"] == [[120, 150], [150, 180], [180, 210], [210, 240]]
+    assert all(len(x["windows"]) == 4 for x in data["rows"])
+    assert data["switch_wait"] == 0 and "--switch-wait" not in r.output
+    # fewer fit before the validation period (jobs 60..89, 30 warm-up jobs): as many;
+    # and the model replayed with the helper's leaf-switch wait, as deployed with it
+    r = _tune(tiny_checkpoint, tmp_path / "f", "--train", "0.2", "--val", "0.1",
+              "--switch-wait", "1800")
+    assert "note: only 2 validation window(s) fit" in r.output
+    assert "validation: 2 windows of 30 jobs (jobs 30..89" in r.output
+    assert "multi-node jobs wait up to 30m for one leaf switch" in r.output
+    assert "--switch-wait 1800 (same input options)" in r.output
+    assert json.loads((tmp_path / "f" / "guard.json").read_text())["switch_wait"] == 1800
+    r = CliRunner().invoke(cli.main, [
+        "tune-guard", str(tiny_checkpoint), "--trace", str(LUBLIN), "--limit", "300",
+        "--limits", "1h", "--orders", "age", "--windows", "8"])
+    assert r.exit_code != 0 and "8 windows of 30 jobs do not fit" in r.output
+    assert "at most 7" in r.output

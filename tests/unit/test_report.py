@@ -135,6 +135,18 @@ def test_report_content(run_dir):
     assert "<td>1.00 d</td>" in page and "starvation_limit = 172800 s" in page
 
 
+def test_report_says_when_the_guard_was_judged_on_several_periods(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    g = json.loads((run / "guard" / "guard.json").read_text())
+    g["period"]["windows"] = [[50, 100], [100, 150]]  # (tune-guard --windows 2)
+    (run / "guard" / "guard.json").write_text(json.dumps(g))
+    page = build_report(run).read_text()
+    assert ("replayed 2 periods of 50 jobs, jobs 50 to 149 (the last the validation"
+            " period; never the test period), each on its own") in page
+    assert "jobs 100 to 149 (the validation period" not in page
+
+
 def test_report_command_and_missing_eval(run_dir, tmp_path):
     out = tmp_path / "r.html"
     res = CliRunner().invoke(cli.main, ["report", str(run_dir), "-o", str(out)])
