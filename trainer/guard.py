@@ -77,7 +77,9 @@ from .evaluate import (
     _util,
     _util_reading,
     evaluate,
+    p99_within,
     time_split,
+    util_not_lower,
     warmup_share,
 )
 from .sim import metrics
@@ -329,11 +331,11 @@ def _bounds(fig: Mapping[str, float], slurm: Mapping[str, float], p99_slack: flo
             max_wait_slack: float | None) -> dict[str, Any]:
     """``p99_ok``, ``util_ok`` (and ``max_ok``) of figures against Slurm's.
 
-    The rules of :func:`trainer.evaluate.check_targets`: p99 wait at most ``p99_slack``
-    above Slurm's, utilisation not lower.
+    The rules :func:`trainer.evaluate.check_targets` checks: ``p99_within`` and
+    ``util_not_lower`` of :mod:`trainer.evaluate`.
     """
-    out: dict[str, Any] = {"p99_ok": fig["wait_p99"] <= (1 + p99_slack) * slurm["wait_p99"],
-                           "util_ok": fig["util"] >= slurm["util"]}
+    out: dict[str, Any] = {"p99_ok": p99_within(fig["wait_p99"], slurm["wait_p99"], p99_slack),
+                           "util_ok": util_not_lower(fig["util"], slurm["util"])}
     if max_wait_slack is not None:
         out["max_ok"] = fig["wait_max"] <= (1 + max_wait_slack) * slurm["wait_max"]
     return out

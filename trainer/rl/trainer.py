@@ -453,12 +453,14 @@ class Trainer:
 
     def _bounds_kept(self, m: Mapping[str, float]) -> dict[str, float]:
         """Which of the Slurm baseline's bounds the deployed metrics ``m`` keep (1.0: kept)."""
+        from ..evaluate import p99_within, util_not_lower
+
         if self._slurm_val is None:
             self._slurm_val = slurm_metrics(self.spec, options=self.options,
                                             priority=self.priority, seed=self.cfg.seed)
         s = self._slurm_val
-        return {"p99_ok": float(m["wait_p99"] <= (1 + self.cfg.val_p99_slack) * s["wait_p99"]),
-                "util_ok": float(m["util"] >= s["util"])}
+        return {"p99_ok": float(p99_within(m["wait_p99"], s["wait_p99"], self.cfg.val_p99_slack)),
+                "util_ok": float(util_not_lower(m["util"], s["util"]))}
 
     # ------------------------------------------------------------------ state
     def _save_state(self, net: PolicyNet, algo: Algorithm, rng: np.random.Generator,
