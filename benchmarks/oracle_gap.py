@@ -61,7 +61,6 @@ from trainer.evaluate import (  # noqa: E402
     StarvationGuard,
     evaluate,
     user_history,
-    warmup_share,
 )
 from trainer.sim.policies import Policy, Sef  # noqa: E402
 from trainer.sim.stepper import window  # noqa: E402
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = int(edges[w]), int(edges[w + 1])
         cut = window(jobs, 0, hi, shift=False)
         cfg = EvalConfig(baselines=("slurm", "sef", "spf"), resamples=0, windows=1,
-                         warmup=warmup_share(args.warmup_jobs, hi), guard_heuristics=True,
+                         guard_heuristics=True,
                          starvation_limit=limit, starvation_order=args.order)
         start = max(0, lo - args.warmup_jobs)  # (where evaluate starts the replays)
         models: dict[str, Policy] = {}
@@ -186,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             models[cls.name] = StarvationGuard(pol, limit, args.order) if limit else pol
         res = evaluate(cut, cluster, models, cfg, options=prep.options,
                        priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
-                       split=Split(hi, lo, lo))
+                       split=Split(hi, lo, lo), warmup_jobs=args.warmup_jobs)
         rows.append({n: float(res.metrics[n]["bsld"]["mean"]) for n in names})
         print(f"window {w + 1}/{args.windows}: jobs {lo}..{hi - 1}", file=sys.stderr)
     guard = f"behind {args.limit} {args.order}" if limit else "unguarded"

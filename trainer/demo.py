@@ -554,7 +554,7 @@ class Demo:
 
     def select(self) -> None:
         """Pick the checkpoint to deploy by replaying the validation period."""
-        from .evaluate import EvalConfig, Split, evaluate, time_split, warmup_share
+        from .evaluate import EvalConfig, Split, evaluate, time_split
         from .sim.stepper import window
 
         c = self.config
@@ -566,12 +566,12 @@ class Demo:
             if p.is_file():
                 cands[f"rl-{name}"] = p
         val = window(jobs, 0, sp.test_start, shift=False)
-        warmup = warmup_share(sp.test_start - sp.val_start, val.n)  # as long as the period
         res = evaluate(val, self.state["cluster"], cands,
-                       EvalConfig(train=c.train, val=c.val, warmup=warmup, threads=c.threads,
+                       EvalConfig(train=c.train, val=c.val, threads=c.threads,
                                   baselines=("slurm",)),
                        speed_model=c.speed, seed=c.seed, progress=self.show,
-                       split=Split(val.n, sp.val_start, sp.val_start))
+                       split=Split(val.n, sp.val_start, sp.val_start),
+                       warmup_jobs=sp.test_start - sp.val_start)  # as long as the period
         scores = {n: float(res.metrics[n]["bsld"]["mean"]) for n in cands}
         chosen = min(cands, key=lambda n: (scores[n], list(cands).index(n)))
         self.state.update(selected=chosen, selected_ck=cands[chosen])
@@ -606,13 +606,14 @@ class Demo:
     def guard(self) -> None:
         """Choose the helper's starvation guard for the model on the validation period."""
         from .evaluate import EvalConfig
-        from .guard import default_windows, grid, sweep, write_sweep
+        from .guard import DEFAULT_UTIL_SLACK, default_windows, grid, sweep, write_sweep
 
         c = self.config
         cfg = EvalConfig(train=c.train, val=c.val, threads=c.threads)
         res = sweep(self.state["jobs"], self.state["cluster"], self.state["model"], grid(),
                     cfg, speed_model=c.speed, seed=c.seed, progress=self.show,
-                    windows=default_windows(self.state["jobs"].n, cfg))
+                    windows=default_windows(self.state["jobs"].n, cfg),
+                    util_slack=DEFAULT_UTIL_SLACK)
         write_sweep(res, self.out / "guard", {"input": {"model": str(self.state["model"])}})
         v = res.toml_values()
         assert res.choice is not None  # (guarded settings were tried)

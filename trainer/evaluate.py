@@ -137,7 +137,6 @@ __all__ = [
     "torch_threads",
     "user_history",
     "util_not_lower",
-    "warmup_share",
 ]
 
 #: Name of the Slurm baseline the targets are measured against.
@@ -299,16 +298,6 @@ class Split:
                 part["last_arrival"] = int(jobs.eligible[hi - 1])
             out[name] = part
         return out
-
-
-def warmup_share(jobs: int, n: int) -> float:
-    """The ``EvalConfig.warmup`` that replays ``jobs`` warm-up jobs on a table of ``n``.
-
-    :func:`evaluate` reads the warm-up as a share of the table it is given; a caller
-    that cuts the history short (a validation period replayed as the "test") and wants a
-    number of jobs gets it back exactly (``+ 0.5``: no float truncation below it).
-    """
-    return min(1.0, (jobs + 0.5) / n) if n else 0.0
 
 
 def time_split(n: int, train: float = 0.7, val: float = 0.1) -> Split:
@@ -651,9 +640,13 @@ def p99_within(p99: float, slurm_p99: float, slack: float) -> bool:
     return p99 <= (1 + slack) * slurm_p99
 
 
-def util_not_lower(util: float, slurm_util: float) -> bool:
-    """The utilisation target: not lower than the Slurm baseline's."""
-    return util >= slurm_util
+def util_not_lower(util: float, slurm_util: float, slack: float = 0.0) -> bool:
+    """The utilisation target: not lower than the Slurm baseline's.
+
+    ``slack``: a share of Slurm's utilisation it may be below (``rlsched tune-guard
+    --util-slack``); the quality target reads it with none.
+    """
+    return util >= (1.0 - slack) * slurm_util
 
 
 def _util_reading(m: Mapping[str, Any], key: str) -> float | None:
@@ -960,6 +953,7 @@ class EvalResult:
         windows: Mean bsld of every run per window of the test period
             (:func:`window_table`).
         pairs: Each model after the first against the first (:func:`model_pairs`).
+        warmup_jobs: Jobs replayed before the test period, not counted.
     """
 
     config: EvalConfig
@@ -972,6 +966,7 @@ class EvalResult:
     files: dict[str, str] = field(default_factory=dict)
     windows: dict[str, Any] = field(default_factory=dict)
     pairs: list[dict[str, Any]] = field(default_factory=list)
+    warmup_jobs: int = 0
 
     @property
     def names(self) -> list[str]:
@@ -1043,6 +1038,7 @@ class EvalResult:
             "config": self.config.to_dict(),
             "speed_model": self.speed_model,
             "split": self.split.to_dict(),
+            "warmup_jobs": self.warmup_jobs,
             "test_jobs": None if jobs is None else jobs.n,
             "models": self.models,
             "names": self.names,
@@ -1087,7 +1083,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
              out: str | os.PathLike[str] | None = None,
              progress: bool = False,
              extra: Mapping[str, Any] | None = None,
-             split: Split | None = None) -> EvalResult:
+             split: Split | None = None,
+             warmup_jobs: int | None = None) -> EvalResult:
     """Replay the test period under the models and every baseline (module docstring).
 
     Args:
@@ -1107,9 +1104,14 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         split: The periods, instead of cutting ``config.train``/``config.val`` shares
             (e.g. to replay the validation period as the "test": ``Split(n, v, v)`` on
             the table cut at the test period).
+        warmup_jobs: Jobs replayed before the test period, in place of
+            ``config.warmup``'s share of ``jobs`` (a caller that cuts the history short
+            warms up as many jobs as on the whole history: the share would shrink with
+            the cut); at most as many as there are before the test period.
 
     Raises:
-        ValueError: On a bad split, a model that cannot be loaded, or a name used twice.
+        ValueError: On a bad split, a negative ``warmup_jobs``, a model that cannot be
+            loaded, or a name used twice.
     """
     cfg = config or EvalConfig()
     opts = options or SchedulerOptions()
@@ -1119,7 +1121,11 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     elif split.n != jobs.n or not 0 < split.test_start < split.n:
         raise ValueError(f"split {split} does not cut the {jobs.n} jobs into a non-empty"
                          " test period")
-    lo = max(0, split.test_start - int(cfg.warmup * jobs.n))
+    if warmup_jobs is None:
+        warmup_jobs = int(cfg.warmup * jobs.n)
+    elif warmup_jobs < 0:
+        raise ValueError(f"warmup_jobs must be >= 0, not {warmup_jobs}")
+    lo = max(0, split.test_start - warmup_jobs)
     table = window(jobs, lo, jobs.n, shift=False)
     k = split.test_start - lo
     clash = [m for m in models if m in cfg.baselines]
@@ -1189,7 +1195,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         annotate(targets, per_job, cfg, seed=seed)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
                      windows=window_table(per_job, table_jobs, cfg.windows),
-                     pairs=model_pairs(per_job, list(models), cfg, seed=seed))
+                     pairs=model_pairs(per_job, list(models), cfg, seed=seed),
+                     warmup_jobs=k)
     if out is not None:
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)

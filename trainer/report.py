@@ -298,7 +298,9 @@ def _guard(run: Path) -> str:
             " each guard setting, without a guard and under Slurm. Marked: a p99 wait more"
             " than"
             f" {_pct(g['p99_slack'])} above Slurm's, a longest wait over its bound (when"
-            f" one was given), or a utilisation below Slurm's.{esc(why)}"
+            f" one was given), or a utilisation below Slurm's"
+            + (f" by more than {g['util_slack']:.2%}" if g.get("util_slack") else "")
+            + f".{esc(why)}"
             "</p>"
             f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
             "</tbody></table></div>"

@@ -114,6 +114,7 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     assert g["period"]["kind"] == "validation" and g["period"]["jobs"] == [140, 160]
     # judged as tune-guard judges by default: the validation period and 3 before it
     assert g["period"]["windows"] == [[80, 100], [100, 120], [120, 140], [140, 160]]
+    assert g["util_slack"] == 0.002  # (as tune-guard chooses by default)
     assert run["summary"]["guard"]["windows"] == 4
     assert len(g["rows"]) == 1 + len(grid()) and g["rows"][0]["setting"]["label"] == "none"
     chosen = g["rows"][g["choice"]["row"]]["setting"]

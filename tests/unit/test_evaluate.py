@@ -374,6 +374,23 @@ def test_test_period_is_replayed_after_the_warmup_jobs():
     assert cold.metrics["slurm"]["wait_s"] == want["wait_s"]
 
 
+def test_warmup_jobs_replace_the_share_on_a_table_cut_short():
+    jobs, cl = _table(200)
+    cfg = EvalConfig(baselines=("slurm",))  # warm-up: 10% of the table
+    cut = window(jobs, 0, 60, shift=False)  # a period cut short: rows 30..59 its "test"
+    res = evaluate(cut, cl, {}, cfg, split=Split(60, 30, 30), warmup_jobs=20)
+    # by hand: rows 10.. replayed, the first 20 not counted (the share would give 6)
+    want = metrics.compute(restrict(_replay(window(jobs, 10, 60, shift=False), cl,
+                                            "slurm"), 20))
+    assert res.metrics["slurm"]["wait_s"] == want["wait_s"]
+    assert res.warmup_jobs == 20 and res.to_dict()["warmup_jobs"] == 20
+    # more than there are before the test period: all of them
+    assert evaluate(cut, cl, {}, cfg, split=Split(60, 30, 30), warmup_jobs=50).warmup_jobs == 30
+    assert evaluate(cut, cl, {}, cfg, split=Split(60, 30, 30)).warmup_jobs == 6
+    with pytest.raises(ValueError, match="warmup_jobs"):
+        evaluate(cut, cl, {}, cfg, split=Split(60, 30, 30), warmup_jobs=-1)
+
+
 def test_explicit_split_and_bad_names():
     jobs, cl = _table(100)
     res = evaluate(jobs, cl, {}, EvalConfig(baselines=("slurm",)), split=Split(100, 50, 50))

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from slurm_plugin import cli
 from trainer.evaluate import SLURM, EvalConfig, Split, _util_reading, evaluate, time_split
 from trainer.guard import (
+    DEFAULT_UTIL_SLACK,
     GuardSetting,
     choose,
     grid,
@@ -90,6 +91,30 @@ def test_choice_by_hand():
     assert choose(rows[:1]) is None
 
 
+def test_a_setting_worse_than_slurm_is_not_chosen_for_its_utilisation():
+    # Lublin, 4 periods, with a utilisation slack of 0.4%: only 1 d age kept the pooled
+    # utilisation, at a bsld 42.5% above Slurm's; 2 d policy was 66.5% below it
+    rows = [_row(0, 50.9, True, False), _row(1, 812.3, True, True),
+            _row(2, 191.1, True, False), _row(3, 64.5, False, False)]
+    for r in rows:
+        r["bsld_ok"] = r["bsld_mean"] <= 569.9
+    i, why = choose(rows)
+    assert i == 2 and why == ("no setting also keeps the utilisation within Slurm's"
+                              " bounds: the lowest mean bounded slowdown among those"
+                              " that keep the p99 wait and the mean bounded slowdown")
+    rows[2]["util_ok"] = True  # it keeps all three
+    assert choose(rows)[0] == 2
+    # no guarded setting is at or below Slurm's bsld (an untrained model): the bound is
+    # not one, and the utilisation still counts
+    rows[2].update(bsld_mean=900.0, bsld_ok=False, util_ok=False)
+    i, why = choose(rows)
+    assert i == 1 and why.endswith("keep the p99 wait and the utilisation within"
+                                   " Slurm's bounds")
+    # nor when only a setting over the p99 bound is below it
+    rows[3]["bsld_ok"] = True
+    assert choose(rows)[0] == 1
+
+
 def test_settings_that_replay_the_same_keep_the_helpers_default():
     day = 86400.0
 
@@ -119,9 +144,11 @@ def _table(n: int, interarrival: float):
 def _by_hand(jobs, cl, model, s, a, b, val):
     """The model behind setting ``s`` and Slurm on jobs ``a..b`` as their "test": evaluate
     on the jobs before ``b`` only, after 20 warm-up jobs (5% of all 400, not of ``b``)."""
-    c = EvalConfig(train=0.5, val=val, warmup=20.5 / b, baselines=(SLURM,),
+    c = EvalConfig(train=0.5, val=val, baselines=(SLURM,),
                    starvation_limit=s.limit, starvation_order=s.order)
-    ev = evaluate(window(jobs, 0, b, shift=False), cl, {"m": model}, c, split=Split(b, a, a))
+    ev = evaluate(window(jobs, 0, b, shift=False), cl, {"m": model}, c, split=Split(b, a, a),
+                  warmup_jobs=20)
+    assert ev.warmup_jobs == 20
     assert ev.metrics["m"]["jobs"] == b - a
     return ev.metrics["m"], ev.metrics[SLURM]
 
@@ -157,10 +184,14 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
     json.dumps(d)
     assert all("max_ok" not in r for r in res.rows)  # the longest wait: not bounded
     two = sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=2,  # side by side
-                max_wait_slack=0.5)
-    assert two.slurm == res.slurm and two.max_wait_slack == 0.5
+                max_wait_slack=0.5, util_slack=0.2)
+    assert two.slurm == res.slurm and two.max_wait_slack == 0.5 and two.util_slack == 0.2
     for r, t in zip(res.rows, two.rows, strict=True):
-        assert t == {**r, "max_ok": t["wait_max"] <= 1.5 * res.slurm["wait_max"]}
+        assert t == {**r, "max_ok": t["wait_max"] <= 1.5 * res.slurm["wait_max"],
+                     "util_ok": t["util"] >= 0.8 * res.slurm["util"]}
+    assert two.to_dict()["util_slack"] == 0.2 and res.to_dict()["util_slack"] == 0.0
+    with pytest.raises(ValueError, match="util_slack"):
+        sweep(jobs, cl, tiny_checkpoint, settings, cfg, util_slack=1.0)
     with pytest.raises(ValueError, match="workers"):
         sweep(jobs, cl, tiny_checkpoint, settings, cfg, workers=0)
     with pytest.raises(ValueError, match="validation period is empty"):
@@ -250,9 +281,10 @@ def _tune(model, out, *extra):
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (shared traces)")
 def test_tune_guard_command(tmp_path, tiny_checkpoint):
     out = tmp_path / "g"
-    r = _tune(tiny_checkpoint, out, "--max-wait-slack", "0.5", "--windows", "1")
+    r = _tune(tiny_checkpoint, out, "--max-wait-slack", "0.5", "--windows", "1",
+              "--util-slack", "0.01")
     assert "validation period: jobs 210..239 (30 jobs)" in r.output
-    assert "longest-wait bound: Slurm's + 50%" in r.output
+    assert "longest-wait bound: Slurm's + 50%; utilisation bound: Slurm's - 1.00%" in r.output
     assert "to last arrival" in r.output  # (shown beside the checked utilisation)
     assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
     data = json.loads((out / "guard.json").read_text())
@@ -261,6 +293,7 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert [x["setting"]["label"] for x in data["rows"]] == ["none", "1h age", "2d age"]
     assert data["input"]["jobs"] == 300 and data["choice"]["row"] in (1, 2)
     assert data["max_wait_slack"] == 0.5 and "max_ok" in data["rows"][1]
+    assert data["util_slack"] == 0.01
     worse = data["rows"][data["choice"]["row"]]["bsld_vs_slurm"] >= 1
     assert ("warning: behind this guard" in r.output) == worse  # (an untrained net)
     pytest.importorskip("matplotlib")
@@ -269,8 +302,11 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert "score_resolution" not in r.output
     # with score resolutions: each guard once per resolution; the helper lines say which
     rounded = tmp_path / "r"
-    r = _tune(tiny_checkpoint, rounded, "--resolutions", "0,1e6", "--windows", "1")
+    r = _tune(tiny_checkpoint, rounded, "--resolutions", "0,1e6", "--windows", "1",
+              "--util-slack", "0")
+    assert "utilisation bound" not in r.output  # (0: not lower, said nowhere else)
     tied = json.loads((rounded / "guard.json").read_text())
+    assert tied["util_slack"] == 0
     assert tied["resolutions"] == [0.0, 1e6]
     assert [x["setting"]["label"] for x in tied["rows"]] == [
         "none", "1h age", "2d age", "1h age, r=1e+06", "2d age, r=1e+06"]
@@ -305,6 +341,8 @@ def test_tune_guard_command_over_windows(tmp_path, tiny_checkpoint):
     assert data["period"]["windows"] == [[120, 150], [150, 180], [180, 210], [210, 240]]
     assert all(len(x["windows"]) == 4 for x in data["rows"])
     assert data["switch_wait"] == 0 and "--switch-wait" not in r.output
+    assert data["util_slack"] == DEFAULT_UTIL_SLACK == 0.002  # (the default)
+    assert "utilisation bound: Slurm's - 0.20%" in r.output
     # fewer fit before the validation period (jobs 60..89, 30 warm-up jobs): as many;
     # and the model replayed with the helper's leaf-switch wait, as deployed with it
     r = _tune(tiny_checkpoint, tmp_path / "f", "--train", "0.2", "--val", "0.1",

@@ -140,11 +140,14 @@ def test_report_says_when_the_guard_was_judged_on_several_periods(run_dir, tmp_p
     shutil.copytree(run_dir, run)
     g = json.loads((run / "guard" / "guard.json").read_text())
     g["period"]["windows"] = [[50, 100], [100, 150]]  # (tune-guard --windows 2)
+    g["util_slack"] = 0.002  # (--util-slack 0.002)
     (run / "guard" / "guard.json").write_text(json.dumps(g))
     page = build_report(run).read_text()
     assert ("replayed 2 periods of 50 jobs, jobs 50 to 149 (the last the validation"
             " period; never the test period), each on its own") in page
     assert "jobs 100 to 149 (the validation period" not in page
+    assert "or a utilisation below Slurm's by more than 0.20%." in page
+    assert "by more than" not in build_report(run_dir).read_text()  # (no slack)
 
 
 def test_report_command_and_missing_eval(run_dir, tmp_path):
