@@ -250,6 +250,13 @@ class EvalConfig:
         if not (0 <= self.bsld_reduction < 1 and self.p99_slack >= 0 and self.jct_factor > 0):
             raise ValueError("bsld_reduction in [0, 1), p99_slack >= 0, jct_factor > 0")
 
+    def warmup_count(self, n: int) -> int:
+        """Warm-up jobs :func:`evaluate` replays before the test period of ``n`` jobs.
+
+        ``tune-guard`` warms every validation window up with as many.
+        """
+        return int(self.warmup * n)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -1122,7 +1129,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         raise ValueError(f"split {split} does not cut the {jobs.n} jobs into a non-empty"
                          " test period")
     if warmup_jobs is None:
-        warmup_jobs = int(cfg.warmup * jobs.n)
+        warmup_jobs = cfg.warmup_count(jobs.n)
     elif warmup_jobs < 0:
         raise ValueError(f"warmup_jobs must be >= 0, not {warmup_jobs}")
     lo = max(0, split.test_start - warmup_jobs)

@@ -376,7 +376,7 @@ def windows_that_fit(n: int, config: EvalConfig) -> int:
     a, b = time_split(n, config.train, config.val).val
     if b <= a:
         return 0
-    return 1 + max(0, a - int(config.warmup * n)) // (b - a)
+    return 1 + max(0, a - config.warmup_count(n)) // (b - a)
 
 
 def default_windows(n: int, config: EvalConfig) -> int:
@@ -403,7 +403,7 @@ def validation_windows(n: int, config: EvalConfig, windows: int = 1
     if b <= a:
         raise ValueError("the validation period is empty (--val 0): the guard is chosen"
                          " on it, never on the test period; give --val a share")
-    size, warm = b - a, int(config.warmup * n)
+    size, warm = b - a, config.warmup_count(n)
     fit = windows_that_fit(n, config)
     if windows > fit:
         raise ValueError(f"{windows} windows of {size} jobs do not fit before the test"
@@ -455,9 +455,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
         raise ValueError(f"util_slack must lie in [0, 1), not {util_slack}")
     periods = validation_windows(jobs.n, cfg, windows)
     todo = list(dict.fromkeys([GuardSetting(0.0), *settings]))
-    warm = int(cfg.warmup * jobs.n)  # as many warm-up jobs as evaluate replays before
-    base = replace(cfg, baselines=(SLURM,), resamples=0, windows=1,  # the test period
-                   locality_targets=False)
+    warm = cfg.warmup_count(jobs.n)  # as many as evaluate replays before the test period
+    base = replace(cfg, baselines=(SLURM,), resamples=0, windows=1, locality_targets=False)
     args = []
     for a, b in periods:
         table = window(jobs, 0, b, shift=False)  # (nothing after the period is replayed)
