@@ -228,8 +228,13 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      " backfill, in the batch engine) instead of greedy in the env."),
     ("--val-bounds", "val_bounds", None,
      "With --val-deployed: a checkpoint that keeps Slurm's bounds on the validation window"
-     " (p99 wait at most 10% above Slurm's, utilisation not lower) beats one that does"
-     " not, the p99 bound first, as tune-guard chooses."),
+     " beats one that does not, in the order tune-guard keeps them: p99 wait at most 10%"
+     " above Slurm's, then a mean bounded slowdown not above Slurm's, then utilisation"
+     " not lower than Slurm's less --val-util-slack."),
+    ("--val-util-slack", "val_util_slack", click.FloatRange(min=0, max=1, max_open=True),
+     "With --val-bounds: a checkpoint up to this share below Slurm's utilisation on the"
+     " validation window still keeps that bound (default 0.002, tune-guard's"
+     " --util-slack; 0: not lower, as the quality target reads it)."),
     ("--rank-all/--no-rank-all", "rank_all", None,
      "With --val-deployed: rank every pending job by its raw score (default, as the"
      " helper's rank_all), or the jobs that fit now first."),
@@ -571,19 +576,23 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
 def bounds_note(best: dict[str, Any]) -> str:
     """What the bounded choice (``--val-bounds``) says of its best checkpoint ``best``.
 
-    The choice ranks the p99 bound first, then utilisation, so a bound the best
-    checkpoint misses was missed by every checkpoint ranked with it.
+    The choice ranks the bounds in order (:data:`trainer.bounds.SLURM_BOUNDS`: p99 wait,
+    mean bounded slowdown, utilisation), so the first bound the best checkpoint misses
+    was missed by every checkpoint that kept the bounds before it. A best saved before
+    the bsld bound existed (no ``bsld_ok``) is read on the bounds it carries.
     """
-    p99, util = bool(best["p99_ok"]), bool(best["util_ok"])
-    if p99 and util:
-        return ("it keeps Slurm's bounds on the validation window (p99 wait, utilisation)")
-    if p99:
-        return ("it keeps Slurm's p99 wait bound on the validation window; no checkpoint"
-                " kept its utilisation there too")
-    if util:
-        return ("no checkpoint kept Slurm's p99 wait bound on the validation window; this"
-                " one keeps its utilisation")
-    return "no checkpoint kept Slurm's p99 wait or utilisation bound on the validation window"
+    from .bounds import SLURM_BOUNDS, listed
+
+    bounds = [(k, name) for k, name in SLURM_BOUNDS if k in best]
+    kept = [name for k, name in bounds if best[k]]
+    first = next((i for i, (k, _) in enumerate(bounds) if not best[k]), None)
+    if first is None:
+        return f"it keeps {listed(kept)} within Slurm's bounds on the validation window"
+    missed = listed([name for _, name in bounds[:first + 1]])
+    note = (f"no checkpoint kept {missed} within Slurm's bounds"
+            f"{' together' if first else ''} on the validation window")
+    return note + (f"; this one keeps {listed(kept)} within them" if kept else
+                   "; this one keeps none of them")
 
 
 def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:

@@ -103,6 +103,7 @@ from slurm_plugin.helper.decide import (
 from slurm_plugin.model import place_head_trained
 
 from . import confidence
+from .bounds import p99_within, util_not_lower
 from .cli import _input_options, _prepare, replay_baseline, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
@@ -640,20 +641,6 @@ def _gpus_else_nodes(u: Mapping[str, Any]) -> float:
 
 def _util(m: Mapping[str, Any]) -> float:
     return _gpus_else_nodes(m["utilisation"])
-
-
-def p99_within(p99: float, slurm_p99: float, slack: float) -> bool:
-    """The p99-wait target: at most ``slack`` above the Slurm baseline's p99 wait."""
-    return p99 <= (1 + slack) * slurm_p99
-
-
-def util_not_lower(util: float, slurm_util: float, slack: float = 0.0) -> bool:
-    """The utilisation target: not lower than the Slurm baseline's.
-
-    ``slack``: a share of Slurm's utilisation it may be below (``rlsched tune-guard
-    --util-slack``); the quality target reads it with none.
-    """
-    return util >= (1.0 - slack) * slurm_util
 
 
 def _util_reading(m: Mapping[str, Any], key: str) -> float | None:

@@ -76,6 +76,7 @@ from slurm_plugin.helper.decide import (
 )
 from slurm_plugin.when import parse_span
 
+from .bounds import DEFAULT_UTIL_SLACK, SLURM_BOUNDS, listed, slurm_bounds
 from .cli import _input_options, _prepare, resolve
 from .evaluate import (
     SLURM,
@@ -84,9 +85,7 @@ from .evaluate import (
     _util,
     _util_reading,
     evaluate,
-    p99_within,
     time_split,
-    util_not_lower,
 )
 from .sim import metrics
 from .sim.slurm import PrioritySettings, SchedulerOptions
@@ -129,15 +128,6 @@ DEFAULT_ORDERS: tuple[str, ...] = tuple(STARVATION_ORDERS)
 #: -51.1%).
 DEFAULT_WINDOWS = 4
 
-#: The utilisation slack ``tune-guard`` and the demo choose with (``--util-slack``): a
-#: setting up to 0.2% below Slurm's pooled utilisation still keeps that bound. On a
-#: finite history utilisation is mostly the makespan, and pooled over four periods the
-#: settings differ by a few thousandths whose sign changes from period to period; read
-#: as "not lower", they decided Theta's choice (1 d ``age``, the one setting that kept
-#: it, by 0.03%: -39.5% on the test period); with 0.2%, 3 d ``policy`` (-62.5%, p99 wait
-#: -11.2%, utilisation 0.851 against 0.846). Lublin's and Philly's choices are the same
-#: with 0 and 0.2%. The quality target itself still reads "not lower".
-DEFAULT_UTIL_SLACK = 0.002
 
 
 @dataclass(frozen=True)
@@ -349,15 +339,13 @@ def pooled(figures: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 def _bounds(fig: Mapping[str, float], slurm: Mapping[str, float], p99_slack: float,
             max_wait_slack: float | None, util_slack: float = 0.0) -> dict[str, Any]:
-    """``p99_ok``, ``util_ok`` (and ``max_ok``) of figures against Slurm's.
+    """``p99_ok``, ``bsld_ok``, ``util_ok`` (and ``max_ok``) of figures against Slurm's.
 
-    The rules :func:`trainer.evaluate.check_targets` checks: ``p99_within`` and
-    ``util_not_lower`` of :mod:`trainer.evaluate` (with ``util_slack``: that share
+    The rules of :mod:`trainer.bounds` (:func:`~trainer.bounds.slurm_bounds`), which
+    :func:`trainer.evaluate.check_targets` checks too (with ``util_slack``: that share
     below Slurm's utilisation still keeps the bound; the target has none).
     """
-    out: dict[str, Any] = {"p99_ok": p99_within(fig["wait_p99"], slurm["wait_p99"], p99_slack),
-                           "bsld_ok": fig["bsld_mean"] <= slurm["bsld_mean"],
-                           "util_ok": util_not_lower(fig["util"], slurm["util"], util_slack)}
+    out: dict[str, Any] = dict(slurm_bounds(fig, slurm, p99_slack, util_slack))
     if max_wait_slack is not None:
         out["max_ok"] = fig["wait_max"] <= (1 + max_wait_slack) * slurm["wait_max"]
     return out
@@ -508,14 +496,9 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
 #: The bounds :func:`choose` keeps, most important first: (row key, what it bounds).
 #: ``max_ok`` is in a row only when a bound on the longest wait was asked for;
 #: ``bsld_ok`` (the mean bsld not above Slurm's) counts only when some setting keeps it.
-BOUNDS: tuple[tuple[str, str], ...] = (("p99_ok", "the p99 wait"),
-                                       ("max_ok", "the longest wait"),
-                                       ("bsld_ok", "the mean bounded slowdown"),
-                                       ("util_ok", "the utilisation"))
-
-
-def _names(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+#: (:data:`trainer.bounds.SLURM_BOUNDS`, with the longest wait after the p99 wait.)
+BOUNDS: tuple[tuple[str, str], ...] = (SLURM_BOUNDS[0], ("max_ok", "the longest wait"),
+                                       *SLURM_BOUNDS[1:])
 
 
 #: The helper's own default guard (:class:`slurm_plugin.helper.decide.SiteFactorRule`):
@@ -566,11 +549,11 @@ def choose(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
         ok = [i for i in guarded if all(rows[i][k] for k, _ in bounds[:n])]
         if ok:
             best, tie = _lowest(rows, ok)
-            kept = _names([name for _, name in bounds[:n]])
+            kept = listed([name for _, name in bounds[:n]])
             if n == len(bounds):
                 return best, ("the lowest mean bounded slowdown among the settings that"
                               f" keep {kept} within Slurm's bounds{tie}")
-            missed = _names([name for _, name in bounds[n:]])
+            missed = listed([name for _, name in bounds[n:]])
             return best, (f"no setting also keeps {missed} within Slurm's bounds: the"
                           f" lowest mean bounded slowdown among those that keep"
                           f" {kept}{tie}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -286,32 +287,80 @@ def test_bounded_validation_prefers_checkpoints_that_keep_slurms_bounds(tmp_path
     vals = res.curves["val"]
     assert [p["update"] for p in vals] == [0, 1, 2, 3, 4]
     ref = slurm_metrics(spec, seed=cfg.seed)
+    assert cfg.val_util_slack == 0.002  # (tune-guard's default)
     for p in vals:  # each validation read against Slurm on the same window
         assert p["p99_ok"] == float(p["wait_p99"] <= 1.1 * ref["wait_p99"])
-        assert p["util_ok"] == float(p["util"] >= ref["util"])
-    # the p99 bound first, then utilisation, then the lower mean bsld (the first of equals)
-    best = min(vals, key=lambda p: (-p["p99_ok"], -p["util_ok"], p["bsld_mean"]))
+        assert p["bsld_ok"] == float(p["bsld_mean"] <= ref["bsld_mean"])
+        assert p["util_ok"] == float(p["util"] >= 0.998 * ref["util"])
+    # the p99 bound first, then bsld, then utilisation, then the lower mean bsld (the
+    # first of equals)
+    best = min(vals, key=lambda p: (-p["p99_ok"], -p["bsld_ok"], -p["util_ok"],
+                                    p["bsld_mean"]))
     assert res.best["update"] == best["update"]
-    assert (res.best["p99_ok"], res.best["util_ok"]) == (best["p99_ok"], best["util_ok"])
+    keys = ("p99_ok", "bsld_ok", "util_ok")
+    assert [res.best[k] for k in keys] == [best[k] for k in keys]
     again = deployed_metrics(spec, res.best_net, seed=cfg.seed,
                              starvation_limit=cfg.starvation_limit)
     assert again["bsld_mean"] == best["bsld_mean"]
-    # the rule by hand: kept bounds first, then the lower mean bsld
+    saved = json.loads((tmp_path / "curves.json").read_text())  # Slurm's line is kept
+    assert saved["slurm_val"] == pytest.approx(ref) and saved["best"] == res.best
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    # the rule by hand: kept bounds first, in order, then the lower mean bsld
     t = Trainer(spec, cfg)
 
-    def held(p99_ok: float, util_ok: float) -> dict[str, float]:
-        return {"bsld_mean": 2.0, "p99_ok": p99_ok, "util_ok": util_ok}
+    def held(p99_ok: float, bsld_ok: float, util_ok: float) -> dict[str, float]:
+        return {"bsld_mean": 2.0, "p99_ok": p99_ok, "bsld_ok": bsld_ok, "util_ok": util_ok}
 
-    assert t._beats(9.0, (1.0, 1.0), held(1.0, 0.0))  # both bounds beat p99 alone
-    assert t._beats(9.0, (1.0, 0.0), held(0.0, 1.0))  # p99 alone beats utilisation alone
-    assert t._beats(9.0, (0.0, 1.0), held(0.0, 0.0))
-    assert not t._beats(1.0, (1.0, 0.0), held(1.0, 1.0))
-    assert not t._beats(1.0, (0.0, 1.0), held(1.0, 0.0))
-    assert t._beats(1.0, (1.0, 1.0), held(1.0, 1.0))  # alike: the lower mean bsld
-    assert not t._beats(3.0, (0.0, 0.0), held(0.0, 0.0))
+    assert t._beats(9.0, (1.0, 1.0, 1.0), held(1.0, 1.0, 0.0))  # all beat p99 and bsld
+    assert t._beats(9.0, (1.0, 1.0, 0.0), held(1.0, 0.0, 1.0))  # bsld before utilisation
+    assert t._beats(9.0, (1.0, 0.0, 0.0), held(0.0, 1.0, 1.0))  # p99 before the rest
+    assert t._beats(9.0, (0.0, 0.0, 1.0), held(0.0, 0.0, 0.0))
+    assert not t._beats(1.0, (1.0, 0.0, 1.0), held(1.0, 1.0, 0.0))
+    assert not t._beats(1.0, (0.0, 1.0, 1.0), held(1.0, 0.0, 0.0))
+    assert t._beats(1.0, (1.0, 1.0, 1.0), held(1.0, 1.0, 1.0))  # alike: the lower mean bsld
+    assert not t._beats(3.0, (0.0, 0.0, 0.0), held(0.0, 0.0, 0.0))
     assert t._beats(1.0, None, {"bsld_mean": 2.0})  # without val_bounds: the metric
     with pytest.raises(ValueError, match="val_bounds needs val_deployed"):
         TrainConfig(val_bounds=True)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="val_util_slack"):
+            TrainConfig(budget_updates=1, val_util_slack=bad)
+
+
+def test_bounded_validation_reads_utilisation_with_its_slack(tmp_path):
+    from trainer.rl.report import slurm_metrics
+
+    spec, cfg = _short(budget_updates=2, budget_steps=None, val_deployed=True,
+                       val_warmup=12, val_bounds=True, eval_every=1)
+    ref = slurm_metrics(spec, seed=cfg.seed)["util"]
+    for slack in (0.0, 0.5):
+        res = train(spec, dataclasses.replace(cfg, val_util_slack=slack), PPOConfig(episodes=2))
+        for p in res.curves["val"]:
+            assert p["util_ok"] == float(p["util"] >= (1 - slack) * ref)
+        if slack == 0.5:  # half of Slurm's utilisation: every checkpoint keeps it
+            assert all(p["util_ok"] == 1.0 for p in res.curves["val"])
+
+
+def test_a_resume_reads_the_best_checkpoints_bounds_again(tmp_path):
+    """A state saved before the bsld bound and the slack (stop 29) resumes under them."""
+    spec, cfg = _short(budget_updates=4, budget_steps=None, val_deployed=True,
+                       val_warmup=12, val_bounds=True, eval_every=1, checkpoint_every=1)
+    acfg = PPOConfig(episodes=2)
+    straight = train(spec, cfg, acfg)
+    train(spec, dataclasses.replace(cfg, budget_updates=2), acfg, out=tmp_path)
+    path = tmp_path / "state.pt"
+    state = torch.load(path, weights_only=False)
+    # as an older version saved it: no val_util_slack setting, a best without bsld_ok
+    del state["config"]["train"]["val_util_slack"]
+    state["best"] = {k: v for k, v in state["best"].items() if k != "bsld_ok"}
+    torch.save(state, path)
+    resumed = train(spec, cfg, acfg, out=tmp_path, resume=True)
+    assert resumed.best == straight.best  # its bounds read again, the same choice
+    assert _same(_weights(resumed.best_net), _weights(straight.best_net))
+    with pytest.raises(ValueError, match="other settings.*val_p99_slack"):
+        train(spec, dataclasses.replace(cfg, val_p99_slack=0.5), acfg, out=tmp_path,
+              resume=True)
 
 
 def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
@@ -751,12 +800,33 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
                   "--algo-opt", "episodes=2", "--val-deployed", "--val-bounds")
     assert res.exit_code == 0, res.output + repr(res.exception)
     best = json.loads((out / "summary.json").read_text())["best"]
-    assert {best["p99_ok"], best["util_ok"]} <= {0.0, 1.0}
+    assert {best["p99_ok"], best["bsld_ok"], best["util_ok"]} <= {0.0, 1.0}
     assert bounds_note(best) in res.output
-    assert json.loads((out / "config.json").read_text())["train"]["val_bounds"] is True
-    notes = {bounds_note({"p99_ok": p, "util_ok": u}) for p in (0, 1) for u in (0, 1)}
-    assert len(notes) == 4
-    assert "keeps Slurm's bounds" in bounds_note({"p99_ok": 1.0, "util_ok": 1.0})
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert saved["val_bounds"] is True and saved["val_util_slack"] == 0.002
+    keys = ("p99_ok", "bsld_ok", "util_ok")
+    cases = [dict(zip(keys, kept, strict=True))
+             for kept in itertools.product((0.0, 1.0), repeat=3)]
+    notes = [bounds_note(c) for c in cases]
+    assert len(set(notes)) == 8
+    assert bounds_note(dict.fromkeys(keys, 1.0)) == (
+        "it keeps the p99 wait, the mean bounded slowdown and the utilisation within"
+        " Slurm's bounds on the validation window")
+    assert bounds_note({"p99_ok": 1.0, "bsld_ok": 0.0, "util_ok": 1.0}) == (
+        "no checkpoint kept the p99 wait and the mean bounded slowdown within Slurm's"
+        " bounds together on the validation window; this one keeps the p99 wait and the"
+        " utilisation within them")
+    assert bounds_note(dict.fromkeys(keys, 0.0)) == (
+        "no checkpoint kept the p99 wait within Slurm's bounds on the validation window;"
+        " this one keeps none of them")
+    # a best saved before the bsld bound: read on the bounds it carries
+    assert bounds_note({"p99_ok": 1.0, "util_ok": 1.0}) == (
+        "it keeps the p99 wait and the utilisation within Slurm's bounds on the"
+        " validation window")
+    res = _invoke("train", "all", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "slack"), "--budget", "1u", "--val-deployed",
+                  "--val-bounds", "--val-util-slack", "1")
+    assert res.exit_code != 0 and "--val-util-slack" in res.output
     res = _invoke("train", "all", "--trace", str(LUBLIN), "--limit", "400", "--out",
                   str(tmp_path / "bad"), "--budget", "1u", "--val-bounds")
     assert res.exit_code != 0 and "val_bounds needs val_deployed" in res.output

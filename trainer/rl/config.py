@@ -20,6 +20,7 @@ from slurm_plugin.helper.decide import (
     check_starvation_order,
 )
 
+from ..bounds import DEFAULT_UTIL_SLACK
 from ..env import EnvConfig
 
 __all__ = [
@@ -121,12 +122,17 @@ class TrainConfig:
     deployed one. Costs an engine replay of the validation window per validation."""
     val_bounds: bool = False
     """With ``val_deployed``: a checkpoint that keeps the Slurm baseline's bounds on the
-    validation window (p99 wait at most ``val_p99_slack`` above Slurm's, utilisation not
-    lower: the quality targets' bounds) beats one that does not, the p99 bound first (as
-    ``rlsched tune-guard`` keeps them: utilisation is dropped first); among checkpoints
-    alike, the better ``val_metric`` wins."""
+    validation window beats one that does not, in the order ``rlsched tune-guard`` keeps
+    them (:data:`trainer.bounds.SLURM_BOUNDS`): the p99 wait at most ``val_p99_slack``
+    above Slurm's, then the mean bounded slowdown not above Slurm's, then the
+    utilisation not lower than Slurm's less ``val_util_slack``; among checkpoints alike,
+    the better ``val_metric`` wins."""
     val_p99_slack: float = 0.10
     """The p99 bound of ``val_bounds``: this share above Slurm's p99 wait."""
+    val_util_slack: float = DEFAULT_UTIL_SLACK
+    """The utilisation bound of ``val_bounds``: this share below Slurm's utilisation
+    still keeps it (``tune-guard``'s ``--util-slack`` default; 0: not lower, as the
+    quality target reads it)."""
     rank_all: bool = True
     """How the deployed validation ranks the queue, as the helper's ``rank_all``: every
     job by its raw score, or (``False``) the jobs that fit now first."""
@@ -185,6 +191,7 @@ class TrainConfig:
         _need(not self.val_bounds or self.val_deployed, c,
               "val_bounds needs val_deployed (the bounds are read in the batch engine)")
         _need(self.val_p99_slack >= 0, c, "val_p99_slack must be >= 0")
+        _need(0 <= self.val_util_slack < 1, c, "0 <= val_util_slack < 1")
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         check_starvation_order(self.starvation_order)

@@ -31,12 +31,14 @@ def write_curves(curves: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def plot_curves(curves: Mapping[str, Any], path: str | Path, metric: str = "bsld_mean",
-                title: str = "") -> Path | None:
+                title: str = "", val_label: str = "policy (greedy)") -> Path | None:
     """Training and validation curves against env steps (``None`` without matplotlib).
 
     Left: the mean ``metric`` of the training episodes of each update. Right: the
-    greedy policy's ``metric`` on the validation window, with the reference agents as
-    horizontal lines.
+    policy's ``metric`` on the validation window (``val_label``: how it was validated),
+    with the reference agents (in the env) as horizontal lines, the Slurm baseline's
+    on the same window as deployed when the bounded choice read it (``slurm_val``), and
+    the chosen checkpoint (``best``) circled.
     """
     try:
         mpl = importlib.import_module("matplotlib")
@@ -60,12 +62,21 @@ def plot_curves(curves: Mapping[str, Any], path: str | Path, metric: str = "bsld
     vx = [p["steps"] for p in val if p.get(metric) is not None]
     vy = [p[metric] for p in val if p.get(metric) is not None]
     if vx:
-        ax.plot(vx, vy, marker="o", ms=3, lw=1, color="tab:red", label="policy (greedy)")
+        ax.plot(vx, vy, marker="o", ms=3, lw=1, color="tab:red", label=val_label)
+    best = curves.get("best") or {}
+    chosen = [p for p in val if p.get("update") == best.get("update")
+              and p.get(metric) is not None]
+    if chosen:
+        ax.plot([chosen[-1]["steps"]], [chosen[-1][metric]], marker="o", ms=10,
+                mfc="none", mec="black", ls="none", label="chosen (best.pt)")
+    sv = (curves.get("slurm_val") or {}).get(metric)
+    if sv is not None and math.isfinite(sv):
+        ax.axhline(sv, ls="-", lw=1.5, color="black", label="slurm (same window)")
     colors = ["tab:green", "tab:orange", "tab:gray", "tab:purple", "tab:brown"]
     for (name, m), c in zip(sorted(refs.items()), colors * 4, strict=False):
         v = m.get(metric) if isinstance(m, Mapping) else None
         if v is not None and math.isfinite(v):
-            ax.axhline(v, ls="--", lw=1, color=c, label=f"{name} agent")
+            ax.axhline(v, ls="--", lw=1, color=c, label=f"{name} agent (in the env)")
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"validation window: {metric}")
     ax.grid(alpha=0.3)

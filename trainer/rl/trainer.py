@@ -16,8 +16,11 @@ One round (an *update*)
     window: the best ``val_metric`` so far is saved as ``best.pt`` (Chic's validation
     picks the checkpoint). With ``val_deployed`` the net is validated as deployed
     instead (ordering the batch engine's queue, EASY backfill:
-    :func:`~trainer.rl.report.deployed_metrics`). Every ``checkpoint_every`` updates
-    (and at the end) the whole training state goes to ``state.pt``.
+    :func:`~trainer.rl.report.deployed_metrics`), and with ``val_bounds`` a checkpoint
+    that keeps more of Slurm's bounds there beats one that keeps fewer, in the order
+    ``tune-guard`` keeps them (:func:`trainer.bounds.slurm_bounds`: p99 wait, mean
+    bounded slowdown, utilisation less ``val_util_slack``). Every ``checkpoint_every``
+    updates (and at the end) the whole training state goes to ``state.pt``.
 
 A validation window that cannot pick
     The reference agents (``references``) run once on the validation window first. When
@@ -37,7 +40,12 @@ Determinism and resume
     algorithm's buffers and target net, the generator's state, the counters, the
     curves and the best checkpoint so far: ``resume=True`` continues from it exactly
     as if the run had not stopped (budgets, workers and the progress bar may change;
-    anything else must match, or the resume is refused). ``state.pt`` is a pickle:
+    anything else must match, or the resume is refused; a setting added to
+    :class:`TrainConfig` after the state was saved takes the value given now). With
+    ``val_bounds`` the best checkpoint's bounds are read again on resume, from its
+    validation figures in the curves, under the rules of this version (a state saved
+    before the mean-bsld bound and the utilisation slack is so carried over; the
+    checkpoints it ranked below that best are not re-ranked). ``state.pt`` is a pickle:
     load only your own.
 
 Outputs (``out``): ``state.pt``, ``best.pt`` and ``last.pt`` (policy checkpoints,
@@ -62,6 +70,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from slurm_plugin.features import Normalisation
 
+from ..bounds import SLURM_BOUNDS, slurm_bounds
 from ..env import incumbent_times
 from ..policy import (
     PLACE_TRAINED,
@@ -85,6 +94,9 @@ from .workers import RolloutPool, make_pool
 
 __all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "TrainResult", "Trainer",
            "flat_validation", "make_spec", "train"]
+
+#: The bounds ``val_bounds`` reads, most important first (:data:`trainer.bounds.SLURM_BOUNDS`).
+BOUND_KEYS: tuple[str, ...] = tuple(k for k, _ in SLURM_BOUNDS)
 
 #: Fields of :class:`TrainConfig` a resume may change.
 RESUMABLE_CHANGES = frozenset({"budget_steps", "budget_updates", "max_seconds", "workers",
@@ -320,6 +332,7 @@ class Trainer:
             curves, best, best_state = state["curves"], state["best"], state["best_state"]
             updates, steps, episodes = state["updates"], state["steps"], state["episodes"]
             scale = state["reward_scale"]
+            best = self._reread_best(best, curves)
         tm = TaskMaker(rng, self.spec.train_rows, int(self.spec.train.episode_jobs or 1))
         show = sys.stderr.isatty() if cfg.progress is None else cfg.progress
         last_eval = -1
@@ -392,8 +405,10 @@ class Trainer:
             files["state"] = str(self.out / STATE_FILE)
             files["curves_json"] = str(write_curves({**curves, "best": best},
                                                     self.out / "curves.json"))
-            png = plot_curves(curves, self.out / "curves.png", cfg.val_metric,
-                              f"{cfg.algo}: {cfg.val_metric}")
+            png = plot_curves({**curves, "best": best}, self.out / "curves.png",
+                              cfg.val_metric, f"{cfg.algo}: {cfg.val_metric}",
+                              val_label=("policy (as deployed)" if cfg.val_deployed
+                                         else "policy (greedy)"))
             if png is not None:
                 files["curves_png"] = str(png)
         return TrainResult(net, best_net, best, curves, updates, steps,
@@ -419,6 +434,7 @@ class Trainer:
             v = float(m[self.cfg.val_metric])
             if self.cfg.val_bounds:
                 m.update(self._bounds_kept(m))
+                curves["slurm_val"] = dict(self._slurm_val or {})
         else:
             t = pool.run(net, [[self._val_task()]])[0][0]
             m, v = dict(t.metrics), self._metric(t)
@@ -429,22 +445,25 @@ class Trainer:
         if not best or self._beats(v, kept, best):
             best = {"update": updates, "steps": steps, key: v}
             if kept is not None:
-                best["p99_ok"], best["util_ok"] = kept
+                best.update(zip(BOUND_KEYS, kept, strict=True))
             best_state = {k: x.detach().clone() for k, x in net.state_dict().items()}
             if self.out is not None:
                 save_checkpoint(self.out / BEST_FILE, net, norm=self.spec.norm, extra={
                     **self.meta, "config": self._config_dict(), **best})
         return best, best_state
 
-    def _beats(self, v: float, kept: tuple[float, float] | None,
+    def _beats(self, v: float, kept: tuple[float, ...] | None,
                best: Mapping[str, float]) -> bool:
         """A validation of ``v`` beats ``best``.
 
-        ``kept``: which of the Slurm baseline's bounds it kept (``(p99_ok, util_ok)``,
-        ``None``: not read). With ``val_bounds`` a checkpoint that keeps the p99 bound
-        beats one that does not, then one that keeps utilisation too (the bounds drop
-        as ``rlsched tune-guard`` drops them: utilisation first); among checkpoints
-        alike, the better ``val_metric`` wins.
+        ``kept``: which of the Slurm baseline's bounds it kept (1.0 or 0.0 per key of
+        :data:`BOUND_KEYS`: p99 wait, mean bsld, utilisation; ``None``: not read). With
+        ``val_bounds`` the kept bounds compare in that order, the first that differs
+        deciding (the order ``rlsched tune-guard`` keeps them in): a checkpoint that
+        keeps the p99 bound beats one that does not, then one that keeps the bsld bound
+        too, then utilisation; among checkpoints alike, the better ``val_metric`` wins.
+        Unlike ``tune-guard``, when no checkpoint keeps the p99 bound the choice still
+        reads the other bounds and the metric, not the lowest p99 wait.
         """
         held = _kept(best)
         if kept is not None and held is not None and kept != held:
@@ -452,15 +471,34 @@ class Trainer:
         return self._better(v, best[self.cfg.val_metric])
 
     def _bounds_kept(self, m: Mapping[str, float]) -> dict[str, float]:
-        """Which of the Slurm baseline's bounds the deployed metrics ``m`` keep (1.0: kept)."""
-        from ..evaluate import p99_within, util_not_lower
+        """Which of the Slurm baseline's bounds the deployed metrics ``m`` keep (1.0: kept).
 
+        Slurm replays the same window once (:func:`~trainer.rl.report.slurm_metrics`);
+        the rules are :func:`trainer.bounds.slurm_bounds` with ``val_p99_slack`` and
+        ``val_util_slack``.
+        """
         if self._slurm_val is None:
             self._slurm_val = slurm_metrics(self.spec, options=self.options,
                                             priority=self.priority, seed=self.cfg.seed)
-        s = self._slurm_val
-        return {"p99_ok": float(p99_within(m["wait_p99"], s["wait_p99"], self.cfg.val_p99_slack)),
-                "util_ok": float(util_not_lower(m["util"], s["util"]))}
+        kept = slurm_bounds(m, self._slurm_val, self.cfg.val_p99_slack,
+                            self.cfg.val_util_slack)
+        return {k: float(ok) for k, ok in kept.items()}
+
+    def _reread_best(self, best: dict[str, float], curves: Mapping[str, Any]
+                     ) -> dict[str, float]:
+        """``best`` with its bounds read again under this run's rules (on resume).
+
+        Its validation figures are the curves' point of its update; without
+        ``val_bounds`` (or a best that never had bounds read), ``best`` as it is.
+        """
+        if not self.cfg.val_bounds or "p99_ok" not in best:
+            return best
+        point = next((p for p in reversed(curves["val"]) if p["update"] == best["update"]),
+                     None)
+        if point is None:  # (cannot happen: every best is a validation point)
+            return best
+        return {**{k: x for k, x in best.items() if k not in BOUND_KEYS},
+                **self._bounds_kept(point)}
 
     # ------------------------------------------------------------------ state
     def _save_state(self, net: PolicyNet, algo: Algorithm, rng: np.random.Generator,
@@ -490,7 +528,8 @@ class Trainer:
             raise FileNotFoundError(f"{path}: no training state to resume from")
         state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
         saved, now = state["config"], self._config_dict()
-        diff = sorted(k for k in set(saved["train"]) | set(now["train"])
+        # (a setting the saved state predates is not in it: it takes the value given now)
+        diff = sorted(k for k in saved["train"]
                       if k not in RESUMABLE_CHANGES
                       and saved["train"].get(k) != now["train"].get(k))
         diff += sorted(f"algo.{k}" for k in set(saved["algo"]) | set(now["algo"])
@@ -510,8 +549,11 @@ def train(spec: EnvSpec, config: TrainConfig | None = None,
     return Trainer(spec, config or TrainConfig(), algo_config, init, out, meta).run(resume)
 
 
-def _kept(m: Mapping[str, float]) -> tuple[float, float] | None:
-    """``(p99_ok, util_ok)`` of a validation or best checkpoint; ``None``: not read."""
+def _kept(m: Mapping[str, float]) -> tuple[float, ...] | None:
+    """The bounds (:data:`BOUND_KEYS`) a validation or best checkpoint kept, in order.
+
+    ``None``: not read.
+    """
     if "p99_ok" not in m:
         return None
-    return m["p99_ok"], m["util_ok"]
+    return tuple(float(m[k]) for k in BOUND_KEYS)
