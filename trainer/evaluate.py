@@ -682,6 +682,11 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         raise KeyError(f"check_targets needs metrics of {policy!r} and {SLURM!r}; have {list(ms)}")
     names = [h for h in (heuristics if heuristics is not None else SEED_BASELINES)
              if h in ms and h not in (policy, SLURM)]
+    # seed heuristics not replayed (``evaluate --baselines``): the best is read without them
+    left_out = ([h for h in SEED_BASELINES if h not in ms and h not in (policy, SLURM)]
+                if heuristics is None else [])
+    among = (f"; among the {len(names)} seed heuristics replayed ({len(left_out)} not"
+             " replayed)" if left_out else "")
     p, s = ms[policy], ms[SLURM]
 
     def lowest(among: Sequence[str], metric: str) -> str | None:
@@ -711,7 +716,8 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
             deployable = {"against": best_d, "value": hd, "ok": pb < hd}
             detail += (f"; best not reading the recorded run time: {best_d} {hd:.3f}"
                        f" ({'lower' if pb < hd else 'not lower'})")
-        checks.append(_check("bsld_vs_best_heuristic", pb < hb, pb, hb, best_b, detail))
+        checks.append(_check("bsld_vs_best_heuristic", pb < hb, pb, hb, best_b,
+                             detail + among))
         checks[-1]["deployable"] = deployable
     pw, sw = float(p["wait_s"]["p99"]), float(s["wait_s"]["p99"])
     thr = (1 + config.p99_slack) * sw
@@ -764,7 +770,7 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
                 if reach < config.jct_factor:
                     detail += ", so the target is out of reach on these jobs"
             checks.append(_check("jct_vs_best_heuristic", factor >= config.jct_factor, pj,
-                                 hj / config.jct_factor, best_j, detail))
+                                 hj / config.jct_factor, best_j, detail + among))
             checks[-1]["deployable"] = deployable
             checks[-1]["reachable_factor"] = reach
         ps = p.get("single_leaf_share")
@@ -785,7 +791,7 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
                                  f" {shown} (target: larger)"))
     passed = all(c["ok"] is not False for c in checks)
     return {"policy": policy, "best_heuristic": {"bsld": best_b, "jct": best_j},
-            "checks": checks, "passed": passed}
+            "heuristics_left_out": left_out, "checks": checks, "passed": passed}
 
 
 #: The checks :func:`annotate` reads as ratios: name -> (per-job metric, threshold of
@@ -1326,6 +1332,25 @@ def _model_args(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _baseline_names(text: str | None) -> tuple[str, ...] | None:
+    """``--baselines``: the names given, ``slurm`` first (added when missing).
+
+    Raises:
+        click.BadParameter: On an empty list or an unknown name (the known ones listed).
+    """
+    if text is None:
+        return None
+    names = [t for t in (x.strip() for x in text.split(",")) if t]
+    if not names:
+        raise click.BadParameter("give at least one, e.g. slurm,spf,lrf",
+                                 param_hint="'--baselines'")
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(map(repr, unknown))}; known:"
+                                 f" {', '.join(BASELINES)}", param_hint="'--baselines'")
+    return tuple(dict.fromkeys([SLURM, *names]))
+
+
 def _eval_options(fn: Any) -> Any:
     opts = [
         click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
@@ -1367,6 +1392,13 @@ def _eval_options(fn: Any) -> Any:
                           " guard as the models, so that 'below the best heuristic'"
                           " compares orders deployed alike (default: off, the baselines"
                           " as defined)."),
+        click.option("--baselines", "baselines", metavar="NAMES",
+                     help="Replay only these baselines, comma-separated (default: every"
+                          " one; slurm, the targets' reference, always): a shorter table"
+                          " and fewer replays. The best-heuristic targets are then read"
+                          " among those replayed,"
+                          " and say how many were not. Names: 'rlsched simulate --help'"
+                          " lists them."),
         click.option("--windows", type=click.IntRange(1),
                      help="Also read the test period in this many consecutive windows:"
                           " mean bsld per window, and in how many each target ratio is"
@@ -1394,15 +1426,16 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      starvation_limit: float | None, starvation_order: str | None,
                      guard_heuristics: bool | None, score_resolution: float | None,
                      switch_wait: float | None, windows: int | None, resamples: int | None,
-                     **kwargs: Any) -> None:
+                     baselines: str | None, **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
     the first one is checked against the quality targets. The jobs (--trace FILE or
     --db URL --cluster NAME) are split by arrival: the first 70% trained, the next
     10% validated, the last 20% are the test period. Every model and every baseline
-    (slurm, fifo, sjf, the seed heuristics...) replays the test period with the same
-    jobs, cluster, scheduler options and speed model; the table shows every
+    (slurm, fifo, sjf, the seed heuristics...; --baselines: only those named) replays
+    the test period with the same jobs, cluster, scheduler options and speed model;
+    the table shows every
     headline metric, then the mean bsld in --windows consecutive windows of the test
     period. Each target ratio is also given with a 95% block-bootstrap interval and
     the number of windows it is met in: a verdict inside the noise of one period says
@@ -1418,7 +1451,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                             "guard_heuristics": guard_heuristics,
                             "score_resolution": score_resolution,
                             "switch_wait": switch_wait, "windows": windows,
-                            "resamples": resamples}
+                            "resamples": resamples,
+                            "baselines": _baseline_names(baselines)}
     try:
         cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
     except ValueError as exc:

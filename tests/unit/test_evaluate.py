@@ -27,7 +27,7 @@ from trainer.evaluate import (
 )
 from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator
-from trainer.sim.policies import BASELINES, make_policy
+from trainer.sim.policies import BASELINES, SEED_BASELINES, make_policy
 from trainer.sim.slurm import SchedulerOptions
 from trainer.sim.state import Cluster, NodeState, build_jobs
 from trainer.sim.stepper import window
@@ -215,8 +215,18 @@ def test_best_heuristic_is_a_seed_one_not_rlscheds_own():
     ms = {"net": _m(6.0), "slurm": _m(10.0), "sjf": _m(8.0), "sef": _m(5.0)}
     res = check_targets(ms, "net", EvalConfig(), locality=False)  # default: seed baselines
     assert res["best_heuristic"]["bsld"] == "sjf" and res["passed"]
+    # the seed heuristics not replayed are named, and the line says how many
+    left = [b for b in SEED_BASELINES if b not in ("slurm", "sjf")]
+    assert res["heuristics_left_out"] == left and "sef" not in left
+    assert (f"among the 1 seed heuristics replayed ({len(left)} not replayed)"
+            in _by_name(res)["bsld_vs_best_heuristic"]["detail"])
     res = check_targets(ms, "net", EvalConfig(), locality=False, heuristics=["sjf", "sef"])
     assert res["best_heuristic"]["bsld"] == "sef" and not res["passed"]
+    assert res["heuristics_left_out"] == []  # (the caller named the heuristics)
+    every = {**{b: _m(9.0) for b in SEED_BASELINES}, "net": _m(6.0), "slurm": _m(10.0)}
+    res = check_targets(every, "net", EvalConfig(), locality=False)
+    assert res["heuristics_left_out"] == []
+    assert "not replayed" not in _by_name(res)["bsld_vs_best_heuristic"]["detail"]
 
 
 def test_best_heuristic_reports_the_best_that_reads_no_recorded_run_time():
@@ -553,6 +563,23 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     bad = CliRunner().invoke(cli.main, ["evaluate", str(tmp_path / "missing.pt"),
                                         "--trace", str(LUBLIN)])
     assert bad.exit_code != 0 and "no such file" in bad.output
+    some = tmp_path / "some"  # --baselines: those named, slurm always
+    few = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--baselines", "lrf, spf", "--resamples", "0", "--out", str(some)])
+    assert few.exit_code == 0, few.output + repr(few.exception)
+    rows = {ln.split()[0] for ln in few.output.splitlines() if ln.strip()}
+    assert {"tiny", "slurm", "lrf", "spf"} <= rows and not {"fifo", "sjf", "tetris"} & rows
+    n_left = len([b for b in SEED_BASELINES if b not in ("slurm", "lrf", "spf")])
+    assert f"among the 2 seed heuristics replayed ({n_left} not replayed)" in few.output
+    assert json.loads((some / "config.json").read_text())["evaluate"]["baselines"] == [
+        "slurm", "lrf", "spf"]
+    left = json.loads((some / "eval.json").read_text())["targets"]["heuristics_left_out"]
+    assert set(left) == set(SEED_BASELINES) - {"slurm", "lrf", "spf"}
+    for arg, msg in (("nope,lrf", "unknown 'nope'"), (" , ", "give at least one")):
+        bad = CliRunner().invoke(cli.main, ["evaluate", f"tiny={tiny_checkpoint}", "--trace",
+                                            str(LUBLIN), "--limit", "300", "--baselines", arg])
+        assert bad.exit_code == 2 and msg in bad.output
 
 
 # ---------------------------------------------------------------------------- user history
