@@ -59,6 +59,7 @@ import contextlib
 import math
 import multiprocessing
 import os
+import pickle
 import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -106,6 +107,7 @@ __all__ = [
     "parse_resolutions",
     "pooled",
     "sweep",
+    "trained_guard",
     "tune_guard",
     "validation_windows",
     "windows_that_fit",
@@ -127,7 +129,6 @@ DEFAULT_ORDERS: tuple[str, ...] = tuple(STARVATION_ORDERS)
 #: (Theta 1 d ``age`` -39.5%, Lublin 1 d ``policy`` -57.6%, Philly 3 h ``policy``
 #: -51.1%).
 DEFAULT_WINDOWS = 4
-
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,8 @@ class GuardSweep:
             (seconds; 0: none).
         util_slack: The share of Slurm's utilisation a setting could be below and
             still keep the utilisation bound (0: not lower).
+        trained_behind: The guard the model was trained behind (:func:`trained_guard`;
+            ``None``: none, or not known).
     """
 
     period: tuple[int, int]
@@ -248,6 +251,7 @@ class GuardSweep:
     windows: list[tuple[int, int]] = field(default_factory=list)
     switch_wait: float = 0.0
     util_slack: float = 0.0
+    trained_behind: GuardSetting | None = None
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -271,6 +275,10 @@ class GuardSweep:
                 "switch_wait": self.switch_wait,
                 "max_wait_slack": self.max_wait_slack, "util_slack": self.util_slack,
                 "resolutions": list(self.resolutions),
+                "trained_behind": (None if self.trained_behind is None else
+                                   {"limit": self.trained_behind.limit,
+                                    "order": self.trained_behind.order,
+                                    "label": self.trained_behind.label}),
                 "rows": [{**r, "setting": {"limit": r["setting"].limit,
                                            "order": r["setting"].order,
                                            "resolution": r["setting"].resolution,
@@ -399,6 +407,34 @@ def validation_windows(n: int, config: EvalConfig, windows: int = 1
     return [(a - k * size, b - k * size) for k in range(windows - 1, -1, -1)]
 
 
+def trained_guard(model: str | os.PathLike[str]) -> GuardSetting | None:
+    """The guard a checkpoint was trained behind (``train rl --train-guard``), if any.
+
+    Read from the training settings the checkpoint carries (its ``starvation_limit``
+    and ``starvation_order``); ``None`` for a model trained without one (imitation, RL
+    without ``--train-guard``) and for an ONNX model or a file that is no checkpoint
+    (the sweep itself says what is wrong with those).
+    """
+    path = os.fspath(model)
+    if not path.endswith(".pt"):
+        return None
+    from .policy import load_checkpoint
+
+    try:
+        extra = load_checkpoint(path).extra
+    except (OSError, ValueError, RuntimeError, pickle.UnpicklingError):
+        return None  # (the sweep says what is wrong with the file when it loads it)
+    train = (extra.get("config") or {}).get("train") or {}
+    limit = float(train.get("starvation_limit") or 0.0)
+    if not train.get("train_guard") or limit <= 0:
+        return None
+    return GuardSetting(limit, str(train.get("starvation_order", "age")))
+
+
+def _same_guard(a: GuardSetting, b: GuardSetting | None) -> bool:
+    return b is not None and (a.limit, a.order) == (b.limit, b.order)
+
+
 def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
           settings: Sequence[GuardSetting], config: EvalConfig | None = None, *,
           options: SchedulerOptions | None = None,
@@ -488,7 +524,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
                  "bsld_vs_slurm": _ratio(m["bsld_mean"], sl["bsld_mean"])}
                 for m, sl in zip(mine, slurm_w, strict=True)]
     out = GuardSweep(periods[-1], slurm, rows, cfg.p99_slack, max_wait_slack,
-                     windows=periods, switch_wait=cfg.switch_wait, util_slack=util_slack)
+                     windows=periods, switch_wait=cfg.switch_wait, util_slack=util_slack,
+                     trained_behind=trained_guard(model))
     out.choice = choose(out.rows)
     return out
 
@@ -581,6 +618,8 @@ def print_sweep(res: GuardSweep) -> None:
              f"{sl['util_arrivals']:.3f}", "", *([""] if bound_max else []), ""]]
     for i, r in enumerate(res.rows):
         mark = " *" if res.choice is not None and res.choice[0] == i else ""
+        if _same_guard(r["setting"], res.trained_behind):
+            mark += " (trained)"
         lower = (f"{sum(w['bsld_vs_slurm'] < 1 for w in r['windows'])} of"
                  f" {len(r['windows'])}" if many else "")
         body.append([r["setting"].label + mark, f"{r['bsld_mean']:,.1f}",
@@ -608,6 +647,16 @@ def print_sweep(res: GuardSweep) -> None:
         click.echo('the model replayed as steering = "switches" deploys it: multi-node jobs'
                    f" wait up to {_span(res.switch_wait)} for one leaf switch")
     table(heads, body)
+    tb = res.trained_behind
+    if tb is not None:
+        chosen = res.rows[res.choice[0]]["setting"] if res.choice is not None else None
+        differs = chosen is not None and not _same_guard(chosen, tb)
+        click.echo(f"the model was trained behind {tb.label} (train rl --train-guard; marked"
+                   " 'trained')" + (": the choice is another guard, so the net would meet"
+                                    " queues it did not train on; judge both on the test"
+                                    " period (rlsched evaluate --starvation-limit"
+                                    f" {_seconds(tb.limit)} --starvation-order {tb.order})"
+                                    if differs else ""))
     if res.choice is None:
         click.echo("no guarded setting was tried: give --limits")
         return

@@ -275,8 +275,11 @@ def _guard(run: Path) -> str:
     body = [f"<tr><td>slurm</td><td>{_num(sl['bsld_mean'])}</td><td></td>"
             f"<td>{_days(sl['wait_p99'])}</td><td>{_days(sl['wait_max'])}</td>"
             f"<td>{_num(sl['util'])}</td></tr>"]
+    tb = g.get("trained_behind") or {}  # (the guard an RL net was trained behind)
     for i, r in enumerate(g["rows"]):
         label = esc(r["setting"]["label"]) + (" (chosen)" if choice.get("row") == i else "")
+        if tb and (r["setting"]["limit"], r["setting"]["order"]) == (tb["limit"], tb["order"]):
+            label += " (trained behind)"
         p99, mx, util = ("" if r.get(k, True) else " class='worse'"
                          for k in ("p99_ok", "max_ok", "util_ok"))
         body.append(

@@ -357,3 +357,52 @@ def test_tune_guard_command_over_windows(tmp_path, tiny_checkpoint):
         "--limits", "1h", "--orders", "age", "--windows", "8"])
     assert r.exit_code != 0 and "8 windows of 30 jobs do not fit" in r.output
     assert "at most 7" in r.output
+
+
+def test_trained_guard_is_read_from_the_checkpoints_training_settings(tmp_path,
+                                                                      tiny_checkpoint):
+    torch = pytest.importorskip("torch")
+    from trainer.guard import trained_guard
+    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
+
+    def saved(name: str, train: dict) -> Path:
+        torch.manual_seed(0)
+        path = tmp_path / name
+        save_checkpoint(path, PolicyNet(PolicyConfig(hidden=8)),
+                        extra={"config": {"train": train}})
+        return path
+
+    guarded = saved("g.pt", {"train_guard": True, "starvation_limit": 3600.0,
+                             "starvation_order": "policy"})
+    assert trained_guard(guarded) == GuardSetting(3600.0, "policy")
+    # validated behind a guard, not trained behind one; no guard; no training settings
+    assert trained_guard(saved("v.pt", {"train_guard": False,
+                                        "starvation_limit": 3600.0})) is None
+    assert trained_guard(saved("n.pt", {"train_guard": True,
+                                        "starvation_limit": 0.0})) is None
+    assert trained_guard(tiny_checkpoint) is None
+    assert trained_guard(tmp_path / "model.onnx") is None
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert trained_guard(tmp_path / "junk.pt") is None
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (shared traces)")
+def test_tune_guard_marks_the_guard_the_model_was_trained_behind(tmp_path):
+    torch = pytest.importorskip("torch")
+    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
+
+    torch.manual_seed(0)
+    model = tmp_path / "rl.pt"
+    save_checkpoint(model, PolicyNet(PolicyConfig(hidden=8)), extra={"config": {"train": {
+        "train_guard": True, "starvation_limit": 3600.0, "starvation_order": "age"}}})
+    out = tmp_path / "g"
+    r = _tune(model, out, "--windows", "1")
+    data = json.loads((out / "guard.json").read_text())
+    assert data["trained_behind"] == {"limit": 3600.0, "order": "age", "label": "1h age"}
+    rows = [ln.split() for ln in r.output.splitlines()]
+    marked = [ln for ln in rows if "(trained)" in ln]
+    assert len(marked) == 1 and marked[0][:2] == ["1h", "age"]
+    assert "the model was trained behind 1h age (train rl --train-guard" in r.output
+    other = data["rows"][data["choice"]["row"]]["setting"]["label"] != "1h age"
+    assert ("judge both on the test period (rlsched evaluate --starvation-limit 3600"
+            " --starvation-order age)" in r.output) == other

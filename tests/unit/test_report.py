@@ -148,6 +148,13 @@ def test_report_says_when_the_guard_was_judged_on_several_periods(run_dir, tmp_p
     assert "jobs 100 to 149 (the validation period" not in page
     assert "or a utilisation below Slurm's by more than 0.20%." in page
     assert "by more than" not in build_report(run_dir).read_text()  # (no slack)
+    assert "(trained behind)" not in page
+    limit, order = g["rows"][1]["setting"]["limit"], g["rows"][1]["setting"]["order"]
+    g["trained_behind"] = {"limit": limit, "order": order, "label": "x"}  # (an RL net's)
+    (run / "guard" / "guard.json").write_text(json.dumps(g))
+    page = build_report(run).read_text()
+    assert page.count("(trained behind)") == 1
+    assert f"{g['rows'][1]['setting']['label']}" in page.split("(trained behind)")[0][-80:]
 
 
 def test_report_command_and_missing_eval(run_dir, tmp_path):
