@@ -207,7 +207,8 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--reward", "reward", click.Choice(["bsld", "wait", "jct", "util", "effectiveness"]),
      "Reward (default bsld: minus the bounded slowdowns)."),
     ("--fairness", "fairness", click.FloatRange(min=0),
-     "Weight of the end-of-episode fairness term (default 0)."),
+     "Weight of the end-of-episode fairness term, Jain's index of the users' bounded"
+     " slowdowns (default 0; a history without user ids has one user, and it warns)."),
     ("--speed-model", "speed_model", _SPEED_MODEL,
      "How run times depend on placement (default none)."),
     ("--eval-every", "eval_every", click.IntRange(min=1),
@@ -517,6 +518,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
     from .rl import ALGORITHMS, FlatValidationWarning, TrainConfig, Trainer, make_spec
     from .rl.config import parse_overrides
     from .rl.report import HEADERS, summarize
+    from .rl.trainer import NoEffectWarning
 
     fields_ = dict(cmd.train)
     try:
@@ -538,8 +540,9 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
         # (also on --resume, where the trainer is not given the init)
         meta[PLACE_TRAINED] = place_head_trained(ck.extra)
     try:
-        spec = make_spec(data.jobs, data.cluster, cfg, norm, options=data.options,
-                         priority=data.priority)
+        with _echo_warnings(NoEffectWarning):
+            spec = make_spec(data.jobs, data.cluster, cfg, norm, options=data.options,
+                             priority=data.priority)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     resolved.update({"train": cfg.to_dict(), "algo": acfg.to_dict(),

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -797,8 +798,11 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
     res = _invoke("train", "all", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
                   "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs",
                   "16", "--epochs", "1", "--max-decisions", "200", "--budget", "1u",
-                  "--algo-opt", "episodes=2", "--val-deployed", "--val-bounds")
+                  "--algo-opt", "episodes=2", "--val-deployed", "--val-bounds",
+                  "--fairness", "0.5")
     assert res.exit_code == 0, res.output + repr(res.exception)
+    # (Lublin's model records no user ids: one user, so a fairness term cannot act)
+    assert "warning: fairness 0.5 has no effect" in res.output
     best = json.loads((out / "summary.json").read_text())["best"]
     assert {best["p99_ok"], best["bsld_ok"], best["util_ok"]} <= {0.0, 1.0}
     assert bounds_note(best) in res.output
@@ -875,3 +879,21 @@ def test_a_resumed_run_keeps_the_placement_flag_of_its_init(tmp_path):
     spec, cfg = _short()
     resumed = Trainer(spec, cfg, init=None, meta={PLACE_TRAINED: True})  # (as cli_train)
     assert resumed.meta[PLACE_TRAINED] is True
+
+
+def test_a_fairness_term_that_cannot_act_is_warned_of():
+    from trainer.rl.trainer import NoEffectWarning
+
+    jobs, cl = bursts(10, seed=1)  # one user, "u"
+    cfg = TrainConfig(**{**TOY, "fairness": 0.5}, budget_updates=1)
+    with pytest.warns(NoEffectWarning, match="fairness 0.5 has no effect: the 84 training"):
+        make_spec(jobs, cl, cfg)
+    tres = TresCounts(1, None, None, None)
+    recs = [JobRecord(i + 1, "", "uv"[i % 2], "", "", "", "COMPLETED", T0 + 60 * i,
+                      T0 + 60 * i, T0 + 60 * i, T0 + 60 * i + 600, 600, tres, tres, "", (),
+                      None, 0) for i in range(40)]
+    two = build_jobs(recs, cl)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoEffectWarning)
+        make_spec(two, cl, cfg)  # two users: the term acts
+        make_spec(jobs, cl, TrainConfig(**TOY, budget_updates=1))  # no term: nothing to say

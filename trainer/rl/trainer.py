@@ -92,8 +92,8 @@ from .curves import plot_curves, write_curves
 from .report import deployed_metrics, slurm_metrics
 from .workers import RolloutPool, make_pool
 
-__all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "TrainResult", "Trainer",
-           "flat_validation", "make_spec", "train"]
+__all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "NoEffectWarning", "TrainResult",
+           "Trainer", "flat_validation", "make_spec", "train"]
 
 #: The bounds ``val_bounds`` reads, most important first (:data:`trainer.bounds.SLURM_BOUNDS`).
 BOUND_KEYS: tuple[str, ...] = tuple(k for k, _ in SLURM_BOUNDS)
@@ -113,6 +113,10 @@ FLAT_VALIDATION_SPREAD = 0.01
 
 class FlatValidationWarning(UserWarning):
     """The validation window does not separate the reference agents (:func:`flat_validation`)."""
+
+
+class NoEffectWarning(UserWarning):
+    """A training setting that cannot change anything on these jobs (:func:`make_spec`)."""
 
 
 def flat_validation(references: Mapping[str, Mapping[str, float]], metric: str,
@@ -155,6 +159,11 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
     (``priority``, ``options``: Slurm's defaults when ``None``) replays the two periods
     once, and training episodes start from its state (:func:`trainer.env.incumbent_times`).
 
+    Warns:
+        NoEffectWarning: When ``config.fairness`` is set but the training jobs have one
+            user (a trace without user ids): Jain's index of the users' bounded
+            slowdowns is then always 1, and the term always 0.
+
     Raises:
         ValueError: If either period would be empty.
     """
@@ -164,6 +173,11 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
     if n_train < 1 or n_val < 1:
         raise ValueError(f"{n} jobs leave {n_train} for training and {n_val} for "
                          "validation: more jobs (or larger shares) are needed")
+    if config.fairness and np.unique(jobs.user[:n_train]).size < 2:
+        warnings.warn(f"fairness {config.fairness:g} has no effect: the {n_train} training"
+                      " jobs have one user (the history records no user ids?), so Jain's"
+                      " index of the users' bounded slowdowns is always 1",
+                      NoEffectWarning, stacklevel=2)
     table = window(jobs, 0, n_train + n_val, shift=False)
     train_cfg, eval_cfg = config.env_configs()
     # fragmentation samples only feed the episode's result: one per training episode
