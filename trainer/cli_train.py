@@ -215,6 +215,10 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Updates between validations (default 5)."),
     ("--checkpoint-every", "checkpoint_every", click.IntRange(min=1),
      "Updates between saves of the resumable state (default 10)."),
+    ("--keep-checkpoints/--no-keep-checkpoints", "keep_checkpoints", None,
+     "Also keep the net of every validation as checkpoints/update-NNNNN.pt, with its"
+     " validation figures, to evaluate or choose any of them later (default: off; best.pt"
+     " and last.pt are kept anyway)."),
     ("--group", "group", click.IntRange(min=1),
      "Episodes a worker runs in lockstep with batched inference (default 4)."),
     ("--warm-start/--cold-start", "warm_start", None,

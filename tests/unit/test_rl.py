@@ -897,3 +897,29 @@ def test_a_fairness_term_that_cannot_act_is_warned_of():
         warnings.simplefilter("error", NoEffectWarning)
         make_spec(two, cl, cfg)  # two users: the term acts
         make_spec(jobs, cl, TrainConfig(**TOY, budget_updates=1))  # no term: nothing to say
+
+
+def test_keep_checkpoints_saves_the_net_of_every_validation(tmp_path):
+    from trainer.policy import load_checkpoint
+
+    spec, cfg = _short(budget_updates=3, budget_steps=None, eval_every=1,
+                       keep_checkpoints=True)
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert files == [f"update-{u:05d}.pt" for u in range(4)]  # (update 0: the start)
+    for point in res.curves["val"]:
+        ck = load_checkpoint(tmp_path / "checkpoints" / f"update-{point['update']:05d}.pt")
+        assert ck.extra["update"] == point["update"]
+        assert ck.extra["validation"]["bsld_mean"] == point["bsld_mean"]
+    best = load_checkpoint(tmp_path / "checkpoints" / f"update-{res.best['update']:05d}.pt")
+    assert _same(best.net.state_dict(), res.best_net.state_dict())
+    last = load_checkpoint(tmp_path / "checkpoints" / "update-00003.pt")
+    assert _same(last.net.state_dict(), res.net.state_dict())
+    # a resume may turn it on or off (the training is the same either way)
+    more = dataclasses.replace(cfg, budget_updates=4, keep_checkpoints=False)
+    train(spec, more, PPOConfig(episodes=2), out=tmp_path, resume=True)
+    assert len(list((tmp_path / "checkpoints").iterdir())) == 4
+    plain = tmp_path / "plain"
+    train(spec, dataclasses.replace(cfg, keep_checkpoints=False), PPOConfig(episodes=2),
+          out=plain)
+    assert not (plain / "checkpoints").exists()

@@ -113,6 +113,10 @@ class TrainConfig:
     """Updates between validations (greedy policy on the validation window)."""
     checkpoint_every: int = 10
     """Updates between saves of the resumable training state (and at the end)."""
+    keep_checkpoints: bool = False
+    """Also save the net of every validation, ``checkpoints/update-NNNNN.pt`` with its
+    validation figures, so that any checkpoint can be evaluated or chosen later (about
+    0.3 MB each at the default width); ``best.pt`` and ``last.pt`` are saved anyway."""
     val_metric: str = "bsld_mean"
     """Episode metric that picks the best checkpoint (:data:`VAL_METRICS`)."""
     val_deployed: bool = False

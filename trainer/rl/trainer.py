@@ -49,7 +49,8 @@ Determinism and resume
     load only your own.
 
 Outputs (``out``): ``state.pt``, ``best.pt`` and ``last.pt`` (policy checkpoints,
-:func:`trainer.policy.save_checkpoint`), ``curves.json`` and ``curves.png``.
+:func:`trainer.policy.save_checkpoint`), ``curves.json`` and ``curves.png``; with
+``keep_checkpoints``, ``checkpoints/update-NNNNN.pt`` for every validation.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ BOUND_KEYS: tuple[str, ...] = tuple(k for k, _ in SLURM_BOUNDS)
 
 #: Fields of :class:`TrainConfig` a resume may change.
 RESUMABLE_CHANGES = frozenset({"budget_steps", "budget_updates", "max_seconds", "workers",
-                               "ray_address", "progress"})
+                               "ray_address", "progress", "keep_checkpoints"})
+CHECKPOINTS_DIR = "checkpoints"
 
 STATE_FILE = "state.pt"
 BEST_FILE = "best.pt"
@@ -329,6 +331,8 @@ class Trainer:
         state: dict[str, Any] | None = None
         if resume:
             state = self._load_state()
+        if self.out is not None:  # (best.pt is saved from the first validation on)
+            self.out.mkdir(parents=True, exist_ok=True)
         net = self._initial_net() if state is None else PolicyNet(
             PolicyConfig.from_dict(state["net_config"]))
         rng = np.random.default_rng(cfg.seed)
@@ -456,6 +460,14 @@ class Trainer:
                               self.cfg.val_metric: v, "wall_s": time.perf_counter() - wall0})
         key = self.cfg.val_metric
         kept = _kept(m)
+        if self.cfg.keep_checkpoints and self.out is not None:
+            (self.out / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
+            save_checkpoint(self.out / CHECKPOINTS_DIR / f"update-{updates:05d}.pt", net,
+                            norm=self.spec.norm, extra={
+                                **self.meta, "config": self._config_dict(),
+                                "update": updates, "steps": steps,
+                                "validation": {k: float(x) for k, x in m.items()
+                                               if isinstance(x, (int, float))}})
         if not best or self._beats(v, kept, best):
             best = {"update": updates, "steps": steps, key: v}
             if kept is not None:
