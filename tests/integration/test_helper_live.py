@@ -215,9 +215,13 @@ def test_killed_mid_run_loses_nothing(slurm, submit: Submit, model, tmp_path):
     cfg = write_config(tmp_path, model, mode="enforce", interval=0.2)
     proc = subprocess.Popen([sys.executable, "-m", "slurm_plugin", "helper", "run", "--config",
                              str(cfg)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    state = tmp_path / "state.json"
     try:
-        wait_for(lambda: (tmp_path / "state.json").exists(), what="a first cycle")
-        time.sleep(0.5)
+        # a first whole cycle (the state file is written ahead of it, with 0 cycles: on a
+        # loaded machine, 0.5 s after it appears the first cycle may still be applying)
+        wait_for(lambda: state.exists() and HelperState.load(state).cycles >= 1,
+                 what="a first cycle")
+        time.sleep(0.5)  # killed mid run: in a later cycle
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
