@@ -168,6 +168,17 @@ def _input_options(fn: F) -> F:
     return fn
 
 
+def _items(text: str, example: str, hint: str | None = None) -> list[str]:
+    """The non-empty items of a comma-separated option (click.BadParameter: none).
+
+    ``hint``: the option the error names (``None``: the one click is parsing).
+    """
+    items = [t for t in (s.strip() for s in text.split(",")) if t]
+    if not items:
+        raise click.BadParameter(f"give at least one, e.g. {example}", param_hint=hint)
+    return items
+
+
 def _when(value: str) -> int:
     v = value.strip()
     if v.isdigit():

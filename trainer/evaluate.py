@@ -104,7 +104,7 @@ from slurm_plugin.model import place_head_trained
 
 from . import confidence
 from .bounds import p99_within, util_not_lower
-from .cli import _input_options, _prepare, replay_baseline, resolve
+from .cli import _input_options, _items, _prepare, replay_baseline, resolve
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import history_before
@@ -1340,10 +1340,7 @@ def _baseline_names(text: str | None) -> tuple[str, ...] | None:
     """
     if text is None:
         return None
-    names = [t for t in (x.strip() for x in text.split(",")) if t]
-    if not names:
-        raise click.BadParameter("give at least one, e.g. slurm,spf,lrf",
-                                 param_hint="'--baselines'")
+    names = _items(text, "slurm,spf,lrf", "'--baselines'")
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
         raise click.BadParameter(f"unknown {', '.join(map(repr, unknown))}; known:"

@@ -78,7 +78,7 @@ from slurm_plugin.helper.decide import (
 from slurm_plugin.when import parse_span
 
 from .bounds import DEFAULT_UTIL_SLACK, SLURM_BOUNDS, listed, slurm_bounds
-from .cli import _input_options, _prepare, resolve
+from .cli import _input_options, _items, _prepare, resolve
 from .evaluate import (
     SLURM,
     EvalConfig,
@@ -173,14 +173,6 @@ def grid(limits: Sequence[float] = DEFAULT_LIMITS,
          resolutions: Sequence[float] = (0.0,)) -> list[GuardSetting]:
     """The settings a sweep tries: every limit in every order (limit first), per resolution."""
     return [GuardSetting(x, o, r) for r in resolutions for x in limits for o in orders]
-
-
-def _items(text: str, example: str) -> list[str]:
-    """The non-empty items of a comma-separated option (click.BadParameter: none)."""
-    items = [t for t in (s.strip() for s in text.split(",")) if t]
-    if not items:
-        raise click.BadParameter(f"give at least one, e.g. {example}")
-    return items
 
 
 def _resolution(t: str) -> float:
