@@ -73,7 +73,10 @@ Rewards
     end of the episode, ``fairness * jobs * (J - 1)``, ``J`` Jain's index of the users'
     mean bounded slowdowns over the finished jobs (0 when every user is slowed down
     alike; the same index as :func:`trainer.sim.metrics.compute`'s ``jain_bsld``),
-    sized like the bsld return so a weight of about 1 makes it count.
+    sized like the bsld return so a weight of about 1 makes it count. ``backlog > 0``
+    adds that weight of :class:`~trainer.sim.stepper.BacklogReward` to every increment:
+    minus the area-weighted wait, the work held back that lowers utilisation on a
+    finite replay.
 """
 
 from __future__ import annotations
@@ -136,9 +139,13 @@ class EnvConfig:
     the whole table."""
     reward: str = "bsld"
     """Reward name in :data:`trainer.sim.stepper.REWARDS`: ``bsld``, ``wait``, ``jct``,
-    ``util`` or ``effectiveness``."""
+    ``util``, ``effectiveness`` or ``backlog``."""
     fairness: float = 0.0
     """Weight of the end-of-episode fairness term (module docstring); 0: none."""
+    backlog: float = 0.0
+    """Weight of the backlog term added to the reward
+    (:class:`~trainer.sim.stepper.BacklogReward`: minus the waiting jobs' areas, sized
+    so that 1 weighs waiting as much in total as bsld does); 0: none."""
     speed_model: str = "none"
     """Speed model name in :data:`trainer.sim.speed.SPEED_MODELS`."""
     max_steps: int | None = None
@@ -197,6 +204,7 @@ class EnvConfig:
         need(self.max_steps is None or self.max_steps >= 1, "max_steps must be None or >= 1")
         need(self.tau > 0, "tau must be positive")
         need(self.fairness >= 0, "fairness must be >= 0")
+        need(self.backlog >= 0, "backlog must be >= 0")
         need(self.history_jobs >= 0, "history_jobs must be >= 0")
         need(self.warmup_jobs >= 0, "warmup_jobs must be >= 0")
         need(not (self.warm_start and self.warmup_jobs),
@@ -292,7 +300,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                              " table: incumbent_times(jobs, cluster, ...)")
         self._incumbent = incumbent
         self.norm = norm or Normalisation()
-        self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau)
+        self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau, backlog=cfg.backlog)
         n_nodes = cluster.num_nodes
         mj, mc = cfg.max_jobs, cfg.max_candidates
         b = FEATURE_BOUND

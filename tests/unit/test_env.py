@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -388,6 +389,22 @@ def test_fairness_term_is_added_once_at_the_end():
     jain = metrics.compute(fair.result())["fairness"]["jain_bsld"]
     assert r2[-1] - r1[-1] == pytest.approx(2.0 * 60 * (jain - 1))
     assert jain < 1
+
+
+def test_backlog_term_is_added_to_every_step():
+    cfg = EnvConfig(episode_jobs=60, max_jobs=16)
+    runs = {}
+    for name, c in (("bsld", cfg), ("backlog", replace(cfg, reward="backlog")),
+                    ("mixed", replace(cfg, backlog=0.25))):
+        env = from_workload(SMALL, c)
+        _, trace, term = random_episode(env, seed=4, rng_seed=9)
+        assert term
+        runs[name] = np.array([r for _, r, _ in trace])
+    assert runs["backlog"].min() < 0  # jobs waited
+    np.testing.assert_allclose(runs["mixed"], runs["bsld"] + 0.25 * runs["backlog"],
+                               rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="backlog must be >= 0"):
+        EnvConfig(backlog=-0.1)
 
 
 def test_truncation_after_max_steps():

@@ -194,6 +194,14 @@ def test_warm_start_training_replays_slurm_once_and_repeats():
     assert not _same(_weights(a.net), _weights(c.net))
 
 
+def test_the_backlog_weight_reaches_training_and_validation_episodes():
+    cfg = TrainConfig(backlog=0.5)
+    assert [e.backlog for e in cfg.env_configs()] == [0.5, 0.5]
+    assert [e.backlog for e in TrainConfig().env_configs()] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="backlog must be >= 0"):
+        TrainConfig(backlog=-1.0)
+
+
 def test_train_guard_puts_the_deployed_guard_in_the_env():
     cfg = TrainConfig(starvation_limit=3600.0, starvation_order="policy")
     for env in cfg.env_configs():  # by default the env has no guard
@@ -799,7 +807,7 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
                   "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs",
                   "16", "--epochs", "1", "--max-decisions", "200", "--budget", "1u",
                   "--algo-opt", "episodes=2", "--val-deployed", "--val-bounds",
-                  "--fairness", "0.5")
+                  "--fairness", "0.5", "--backlog", "0.25")
     assert res.exit_code == 0, res.output + repr(res.exception)
     # (Lublin's model records no user ids: one user, so a fairness term cannot act)
     assert "warning: fairness 0.5 has no effect" in res.output
@@ -808,6 +816,7 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
     assert bounds_note(best) in res.output
     saved = json.loads((out / "config.json").read_text())["train"]
     assert saved["val_bounds"] is True and saved["val_util_slack"] == 0.002
+    assert saved["backlog"] == 0.25
     keys = ("p99_ok", "bsld_ok", "util_ok")
     cases = [dict(zip(keys, kept, strict=True))
              for kept in itertools.product((0.0, 1.0), repeat=3)]

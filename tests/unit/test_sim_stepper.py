@@ -245,10 +245,12 @@ def test_fifo_blocking_agent_replays_the_engine_exactly(kind):
 
 
 # ---------------------------------------------------------------------------- rewards
-def tiny(reward: str) -> Stepper:
+def tiny(reward: str, backlog: float = 0.0) -> Stepper:
     """FIFO with greedy filling on 4 nodes: 1 runs 0-100, 3 runs 2-12, 2 runs 100-110."""
     recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
-    s = make(recs, spec(4, per_leaf=2), reward=reward)
+    cl = Cluster.from_spec(spec(4, per_leaf=2))
+    jobs = build_jobs(recs, cl)
+    s = Stepper(jobs, cl, reward=make_reward(reward, jobs, cl, backlog=backlog))
     s.advance()
     s.start(0, s.best_fit(0))
     s.advance()
@@ -277,6 +279,46 @@ def test_rewards_of_a_known_schedule():
     assert tiny("util").total_reward == pytest.approx(used / 1.0)
 
 
+def test_backlog_reward_is_the_area_weighted_wait():
+    # areas (share of the 4 nodes x run): 2/4 x 100, 4/4 x 10, 1/4 x 10; only job 2
+    # waits (99 s); the weights add up to bsld's: k = mean(1 / max(run, 10)) / mean(area)
+    area = np.array([0.5 * 100, 1.0 * 10, 0.25 * 10])
+    k = np.mean([1 / 100, 1 / 10, 1 / 10]) / area.mean()
+    s = tiny("backlog")
+    assert s.total_reward == pytest.approx(-k * area[1] * 99)
+    assert s.reward.weight.sum() == pytest.approx(1 / 100 + 1 / 10 + 1 / 10)
+
+
+def test_backlog_weighs_the_dominant_share_and_adds_up_as_bsld():
+    jobs, cl = synthetic("gpu", 200)
+    r = make_reward("backlog", jobs, cl)
+    assert r.weight.sum() == pytest.approx((1 / np.maximum(jobs.run, 10.0)).sum())
+    share = np.maximum(jobs.total_cpus(cl) / cl.total_cpus, jobs.total_gpus(cl) / cl.total_gpus)
+    ratio = r.weight / (share * jobs.run)
+    ran = jobs.run > 0
+    np.testing.assert_allclose(ratio[ran], ratio[ran][0])
+    # on 4 nodes of 64 CPUs and 4 GPUs: a CPU-only job weighs its CPU share, a GPU job
+    # the larger of its two shares
+    cl = Cluster.from_spec(spec(4, gpus=4))
+    recs = [job(1, 0, 100, 1, cpus=64, gpus=0), job(2, 0, 100, 1, cpus=8, gpus=1),
+            job(3, 0, 100, 2, cpus=16, gpus=8)]  # (TRES counts: totals over its nodes)
+    jobs = build_jobs(recs, cl)
+    w = make_reward("backlog", jobs, cl).weight
+    np.testing.assert_allclose(w / w[0], [1.0, (1 / 16) / (64 / 256), (8 / 16) / (64 / 256)])
+
+
+def test_a_backlog_weight_adds_that_much_of_the_backlog_reward():
+    mixed = tiny("bsld", backlog=0.5)
+    assert mixed.reward.name == "bsld+0.5*backlog"
+    assert mixed.reward.tau == 10.0
+    want = tiny("bsld").total_reward + 0.5 * tiny("backlog").total_reward
+    assert mixed.total_reward == pytest.approx(want)
+    assert tiny("bsld", backlog=0.0).reward.name == "bsld"
+    jobs, cl = synthetic("gpu", 20)
+    with pytest.raises(ValueError, match="backlog weight must be >= 0"):
+        make_reward("bsld", jobs, cl, backlog=-1.0)
+
+
 def test_bsld_reward_lifts_short_jobs_to_one():
     s = make([job(1, 0, 3), job(2, 0, 0)], spec(2))
     s.advance()
@@ -291,7 +333,7 @@ def test_bsld_reward_lifts_short_jobs_to_one():
 
 def test_reward_registry():
     jobs, cl = synthetic("gpu", 20)
-    assert set(REWARDS) == {"bsld", "wait", "jct", "util", "effectiveness"}
+    assert set(REWARDS) == {"bsld", "wait", "jct", "util", "effectiveness", "backlog"}
     with pytest.raises(KeyError, match="unknown reward 'nope'"):
         make_reward("nope", jobs, cl)
     with pytest.raises(KeyError, match="unknown speed model"):

@@ -102,6 +102,9 @@ class TrainConfig:
     env's ``warm_start``) instead of an empty cluster; validation is unchanged."""
     fairness: float = 0.0
     """Weight of the env's end-of-episode fairness term."""
+    backlog: float = 0.0
+    """Weight of the env's backlog term (minus the area-weighted wait) added to the
+    reward; 0: none."""
     speed_model: str = "none"
     """Speed model name in :data:`trainer.sim.speed.SPEED_MODELS`."""
     max_steps: int | None = None
@@ -214,6 +217,7 @@ class TrainConfig:
         """The env settings of training episodes and of the validation episode."""
         common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                            place=self.place, reward=self.reward, fairness=self.fairness,
+                           backlog=self.backlog,
                            speed_model=self.speed_model, max_steps=self.max_steps,
                            hold=self.hold,
                            starvation_limit=self.starvation_limit if self.train_guard else 0.0,

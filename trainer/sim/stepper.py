@@ -44,7 +44,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +63,9 @@ __all__ = [
     "REWARDS",
     "Advance",
     "CachedUserHistory",
+    "BacklogReward",
     "Reward",
+    "RewardSum",
     "Stepper",
     "make_reward",
     "per_user_bsld",
@@ -178,7 +180,7 @@ class Reward(ABC):
         scale: What one unit of reward stands for (seconds, or 1).
     """
 
-    name: ClassVar[str] = ""
+    name: str = ""
 
     def __init__(self, jobs: JobTable, cluster: Cluster, tau: float = TAU) -> None:
         self.tau = float(tau)
@@ -308,6 +310,74 @@ class EffectivenessReward(Reward):
         return min(1.0, ideal / total) if total > 0 else 1.0
 
 
+class BacklogReward(Reward):
+    """Minus the work left waiting: each pending job weighs its area, not its count.
+
+    A job's area is its dominant share of the machine (of the GPUs or of the CPUs it
+    holds, whichever is larger) times its recorded run time. Over an interval:
+    ``-dt * k * sum(area_j)`` over the pending jobs, so the return is
+    ``-k * sum(area_j * wait_j)``. ``k = mean(1 / max(run, tau)) / mean(area)`` makes
+    the weights of all the table's jobs add up to what :class:`BsldReward`'s add up to:
+    with equal weights the two rewards put as much on waiting, bsld spread by inverse
+    run time, this one by area.
+
+    Why: once a replay has run to its end, the work it did is fixed, so the integral of
+    utilisation (:class:`UtilReward`) hardly differs between schedules. What differs is
+    how long work waited, and minus ``sum(area_j * wait_j)`` is, up to a constant, minus
+    the integral of the work not yet done: work held back (a wide job kept for later)
+    is what lengthens a finite replay's makespan and lowers its utilisation. Added to
+    bsld (``EnvConfig.backlog``), it prices holding wide jobs back.
+    """
+
+    name = "backlog"
+
+    def __init__(self, jobs: JobTable, cluster: Cluster, tau: float = TAU) -> None:
+        super().__init__(jobs, cluster, tau)
+        share = jobs.total_cpus(cluster) / max(1, cluster.total_cpus)
+        if cluster.total_gpus:
+            share = np.maximum(share, jobs.total_gpus(cluster) / cluster.total_gpus)
+        area = share * jobs.run.astype(np.float64)
+        mean_area = float(area.mean()) if jobs.n else 0.0
+        inv = float((1.0 / np.maximum(jobs.run.astype(np.float64), self.tau)).mean()
+                    if jobs.n else 0.0)
+        #: Per job, what one second of its wait costs.
+        self.weight = area * (inv / mean_area) if mean_area > 0 else np.zeros(jobs.n)
+
+    def interval(self, st: Stepper, dt: int) -> float:
+        """Minus ``dt`` times the pending jobs' weights."""
+        if not dt or not st.n_pending:
+            return 0.0
+        return -float(dt) * float(self.weight[st.pending()].sum())
+
+
+class RewardSum(Reward):
+    """A weighted sum of rewards: ``sum(w * r)`` of each increment.
+
+    Its ``tau`` and ``scale`` are the first part's (the reward the others are added to).
+    """
+
+    def __init__(self, parts: Sequence[tuple[float, Reward]]) -> None:
+        if not parts:
+            raise ValueError("RewardSum needs at least one part")
+        self.parts = [(float(w), r) for w, r in parts]
+        first = self.parts[0][1]
+        self.tau = first.tau
+        self.scale = first.scale
+        self.name = "+".join(r.name if w == 1.0 else f"{w:g}*{r.name}" for w, r in self.parts)
+
+    def interval(self, st: Stepper, dt: int) -> float:
+        """The parts' interval increments, weighted."""
+        return sum(w * r.interval(st, dt) for w, r in self.parts)
+
+    def started(self, st: Stepper, row: int, run: int) -> float:
+        """The parts' start increments, weighted."""
+        return sum(w * r.started(st, row, run) for w, r in self.parts)
+
+    def finished(self, st: Stepper, row: int) -> float:
+        """The parts' completion increments, weighted."""
+        return sum(w * r.finished(st, row) for w, r in self.parts)
+
+
 #: Rewards by name: ``factory(jobs, cluster, tau) -> Reward``.
 REWARDS: dict[str, Callable[[JobTable, Cluster, float], Reward]] = {
     "bsld": BsldReward,
@@ -315,20 +385,31 @@ REWARDS: dict[str, Callable[[JobTable, Cluster, float], Reward]] = {
     "jct": JctReward,
     "util": UtilReward,
     "effectiveness": EffectivenessReward,
+    "backlog": BacklogReward,
 }
 
 
-def make_reward(name: str, jobs: JobTable, cluster: Cluster, tau: float = TAU) -> Reward:
+def make_reward(name: str, jobs: JobTable, cluster: Cluster, tau: float = TAU, *,
+                backlog: float = 0.0) -> Reward:
     """A reward from :data:`REWARDS`, scaled for ``jobs``.
+
+    ``backlog > 0`` adds that weight of :class:`BacklogReward` to it
+    (:class:`RewardSum`).
 
     Raises:
         KeyError: If the name is not registered.
+        ValueError: If ``backlog`` is negative.
     """
     try:
         factory = REWARDS[name]
     except KeyError:
         raise KeyError(f"unknown reward {name!r}: {sorted(REWARDS)}") from None
-    return factory(jobs, cluster, tau)
+    if backlog < 0:
+        raise ValueError(f"backlog weight must be >= 0, got {backlog:g}")
+    base = factory(jobs, cluster, tau)
+    if not backlog:
+        return base
+    return RewardSum([(1.0, base), (backlog, BacklogReward(jobs, cluster, tau))])
 
 
 # ---------------------------------------------------------------------------- stepper
