@@ -92,7 +92,9 @@ class HelperConfig:
                       " the same path plus '.card.json'. Neither may be world-writable.")
     model_sha256: str = _key("", "Pin: the sha256 the model file must have (empty: trust"
                              " the card's sha256 only).")
-    interval: float = _key(15.0, "Seconds between cycles.", kind="duration")
+    interval: float = _key(15.0, "Seconds between cycles; also the time one cycle's"
+                           " changes may take (at least 5 s), the rest waiting for the"
+                           " next cycle.", kind="duration")
     threads: int = _key(1, "onnxruntime threads for scoring (1: single-threaded, 0:"
                         " onnxruntime decides).")
     slurm_backend: str = _key("cli", "How to talk to Slurm: 'cli' (squeue/sinfo/scontrol)"

@@ -61,8 +61,23 @@ from .logs import EventLog
 from .metrics import Metrics
 from .state import HelperState, Section, Steering
 
-__all__ = ["NOT_SCHEDULABLE", "ClockWatch", "CycleReport", "Helper", "ModelUnavailable",
-           "run_forever", "schedulable"]
+__all__ = ["MIN_APPLY_BUDGET", "NOT_SCHEDULABLE", "ClockWatch", "CycleReport", "Helper",
+           "ModelUnavailable", "apply_budget", "run_forever", "schedulable"]
+
+#: Seconds a cycle's changes may take at the least, whatever the interval: with a
+#: short interval (a test cluster's 0.5 s) a loaded slurmctld would otherwise cut most
+#: batches short (fails open, the rest waits: correct, but little gets applied).
+MIN_APPLY_BUDGET = 5.0
+
+
+def apply_budget(interval: float) -> float:
+    """Seconds one cycle's batch of changes may take.
+
+    The cycle's ``interval``, but at least :data:`MIN_APPLY_BUDGET`; what is left
+    over waits for the next cycle.
+    """
+    return max(float(interval), MIN_APPLY_BUDGET)
+
 
 #: Pending reasons under which the helper leaves a job alone (held or not yet eligible).
 NOT_SCHEDULABLE = frozenset({
@@ -567,7 +582,7 @@ class Helper:
         if to_apply:
             t = time.perf_counter()
             act = Actuator(self.client, (self.cfg.band_lo, self.cfg.band_hi),
-                           budget=self.cfg.interval)
+                           budget=apply_budget(self.cfg.interval))
             res = act.apply(to_apply)
             rep.timings["apply"] = time.perf_counter() - t
             rep.applied = res.applied

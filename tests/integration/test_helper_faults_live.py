@@ -347,8 +347,8 @@ def test_clock_jumps_change_no_ages_and_the_helper_keeps_cycling(slurm, submit: 
     def on_cycle(n: int) -> None:
         offset[0] += jumps.get(n, 0.0)
 
-    # (the interval is also the cycle's budget for applying changes: 1.5 s leaves room
-    # for slow scontrol calls on a loaded machine, where 0.5 s once ran out)
+    # (1.5 s: cycles far enough apart for the gaps below to be read on a loaded machine;
+    # applying changes may take 5 s whatever the interval, cycle.MIN_APPLY_BUDGET)
     helper, log = make_helper(tmp_path, model, interval=1.5, starvation_limit=3600.0,
                               helper_kw={"clock": lambda: time.time() + offset[0]})
     with Loop(helper, on_cycle) as loop:

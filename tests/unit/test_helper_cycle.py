@@ -524,3 +524,25 @@ def test_a_model_whose_placement_head_was_not_trained_does_not_steer(tmp_path):
     off = [json.loads(line) for line in stream.getvalue().splitlines()
            if '"steering_off"' in line]
     assert len(off) == 1 and "--place" in off[0]["reason"]  # once per model
+
+
+@pytest.mark.parametrize(("interval", "budget"), [(0.5, 5.0), (15.0, 15.0)])
+def test_a_short_interval_still_leaves_the_batch_five_seconds(tmp_path, monkeypatch,
+                                                              interval, budget):
+    import slurm_plugin.helper.cycle as cycle
+
+    class SlowClock(cycle.Actuator):  # each write takes 1 s of the actuator's clock
+        def __init__(self, *a, **k):
+            t = iter(range(0, 1000))
+            super().__init__(*a, **k, clock=lambda: float(next(t)))
+            seen.append(self.budget)
+
+    seen: list[float] = []
+    monkeypatch.setattr(cycle, "Actuator", SlowClock)
+    jobs = [mk_job(i, limit=60 * i) for i in range(1, 5)]
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce", interval=interval,
+                           backoff_max=max(80.0, interval))
+    rep = h.run_once()
+    assert seen == [budget] and cycle.apply_budget(interval) == budget
+    assert rep.ok, rep.error
+    assert len(rep.applied) == 3 and len(site_calls(client)) == 3  # job 4 stays at 0
