@@ -40,10 +40,10 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 
@@ -51,6 +51,9 @@ from slurm_plugin.helper.decide import STARVATION_ORDERS
 from slurm_plugin.when import parse_span
 
 from .cli import missing_limits_option
+
+if TYPE_CHECKING:
+    from .rl import TrainConfig
 
 __all__ = ["AllCommand", "ImitateCommand", "RLCommand", "parse_budget", "train"]
 
@@ -582,6 +585,9 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                f"{int(res.best.get('update', 0))}", err=True)
     if "p99_ok" in res.best:
         click.echo(bounds_note(res.best), err=True)
+        figures = choice_figures(res.best, res.curves, cfg)
+        if figures:
+            click.echo(figures, err=True)
     click.echo(f"validation window: {summ.jobs} jobs (after the {spec.train_rows} training"
                " jobs); outputs in " + str(out), err=True)
     table(HEADERS, summ.rows())
@@ -607,6 +613,34 @@ def bounds_note(best: dict[str, Any]) -> str:
             f"{' together' if first else ''} on the validation window")
     return note + (f"; this one keeps {listed(kept)} within them" if kept else
                    "; this one keeps none of them")
+
+
+def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
+                   cfg: TrainConfig) -> str | None:
+    """The figures the bounded choice read for ``best``, against Slurm's, as one line.
+
+    The choice replays the window as deployed (behind the guard, after the warm-up
+    jobs); the table after it replays the window from an empty cluster without a
+    guard, so its figures differ (on Lublin, Slurm's mean bounded slowdown 181 against
+    140) and the line says so. ``None`` when the curves lack the best's point or
+    Slurm's figures (a run resumed from an older state).
+    """
+    slurm = curves.get("slurm_val") or {}
+    point = next((p for p in reversed(curves.get("val", []))
+                  if p.get("update") == best.get("update")), None)
+    keys = ("bsld_mean", "wait_p99", "util")
+    if point is None or any(k not in slurm or k not in point for k in keys):
+        return None
+
+    def fig(m: Mapping[str, Any]) -> str:
+        return (f"mean bsld {m['bsld_mean']:.4g}, p99 wait {m['wait_p99']:,.0f} s,"
+                f" utilisation {m['util']:.4f}")
+
+    guard = (f"behind the {cfg.starvation_limit / 3600:g} h guard ({cfg.starvation_order}"
+             " order)" if cfg.starvation_limit > 0 else "without a guard")
+    return (f"as the choice read them ({guard}, after {cfg.val_warmup} warm-up jobs):"
+            f" update {int(best['update'])} {fig(point)}; Slurm {fig(slurm)}. The table"
+            " below replays the window from an empty cluster without a guard")
 
 
 def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:

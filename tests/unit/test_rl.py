@@ -814,6 +814,8 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
     best = json.loads((out / "summary.json").read_text())["best"]
     assert {best["p99_ok"], best["bsld_ok"], best["util_ok"]} <= {0.0, 1.0}
     assert bounds_note(best) in res.output
+    assert f"as the choice read them (behind the 48 h guard (age order), after 500 warm-up" \
+           f" jobs): update {int(best['update'])} mean bsld" in res.output
     saved = json.loads((out / "config.json").read_text())["train"]
     assert saved["val_bounds"] is True and saved["val_util_slack"] == 0.002
     assert saved["backlog"] == 0.25
@@ -932,3 +934,25 @@ def test_keep_checkpoints_saves_the_net_of_every_validation(tmp_path):
     train(spec, dataclasses.replace(cfg, keep_checkpoints=False), PPOConfig(episodes=2),
           out=plain)
     assert not (plain / "checkpoints").exists()
+
+
+def test_choice_figures_say_what_the_bounded_choice_read_against_slurm():
+    from trainer.cli_train import choice_figures
+    from trainer.rl import TrainConfig
+
+    cfg = TrainConfig(budget_updates=1, starvation_limit=172800, starvation_order="policy")
+    val = [{"update": 15, "bsld_mean": 78.9, "wait_p99": 241208.0, "util": 0.88777},
+           {"update": 20, "bsld_mean": 126.04, "wait_p99": 200421.3, "util": 0.88437}]
+    slurm = {"bsld_mean": 180.7989, "wait_p99": 200250.54, "util": 0.8957}
+    best = {"update": 20, "bsld_mean": 126.04, "p99_ok": 1.0}
+    assert choice_figures(best, {"val": val, "slurm_val": slurm}, cfg) == (
+        "as the choice read them (behind the 48 h guard (policy order), after 500 warm-up"
+        " jobs): update 20 mean bsld 126, p99 wait 200,421 s, utilisation 0.8844; Slurm"
+        " mean bsld 180.8, p99 wait 200,251 s, utilisation 0.8957. The table below replays"
+        " the window from an empty cluster without a guard")
+    assert "without a guard, after 0 warm-up jobs" in choice_figures(
+        best, {"val": val, "slurm_val": slurm},
+        TrainConfig(budget_updates=1, starvation_limit=0, val_warmup=0))
+    assert choice_figures(best, {"val": val}, cfg) is None  # no Slurm figures saved
+    assert choice_figures({**best, "update": 25}, {"val": val, "slurm_val": slurm},
+                          cfg) is None  # (a best without its point)
