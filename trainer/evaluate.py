@@ -64,8 +64,10 @@ Each check reports pass/fail with its numbers (value, threshold, the baseline it
 measured against). The ratio checks also say how sure they are (:func:`annotate`,
 :mod:`trainer.confidence`): the ratio's block-bootstrap interval over the test jobs
 (``clear``, ``clear miss`` or ``within the noise`` of one period) and in how many of
-``windows`` consecutive windows of the test period the ratio is met; pass/fail stays
-the point value on the whole period, as the issue defines it.
+``windows`` consecutive windows of the test period the ratio is met; the utilisation
+check says in how many windows it is not lower than Slurm's in the same window
+(:func:`annotate_utilisation`); pass/fail stays the point value on the whole period,
+as the issue defines it.
 
 ``rlsched evaluate`` prints the table (every policy, every headline metric of
 :func:`trainer.sim.metrics.compute`), the per-window table, and with ``--out`` writes
@@ -123,6 +125,7 @@ __all__ = [
     "StarvationGuard",
     "Wrapped",
     "annotate",
+    "annotate_utilisation",
     "as_deployed",
     "check_targets",
     "evaluate",
@@ -138,6 +141,7 @@ __all__ = [
     "torch_threads",
     "user_history",
     "util_not_lower",
+    "window_utilisation",
 ]
 
 #: Name of the Slurm baseline the targets are measured against.
@@ -842,6 +846,55 @@ def annotate(targets: dict[str, Any], per_job: PerJob, config: EvalConfig,
     return targets
 
 
+def window_utilisation(result: SimResult, windows: int) -> list[float]:
+    """The utilisation of a test-period replay in consecutive windows of its jobs.
+
+    Windows of :func:`trainer.confidence.window_bounds` by job count; window ``i`` spans
+    the time from its first job's arrival to the next window's first arrival, the last
+    one to the run's own last end, so the time-weighted mean over the windows is the
+    headline utilisation (GPUs, or nodes on a cluster without GPUs). Every run of the
+    same jobs shares the spans but the last.
+    """
+    jobs, cl = result.jobs, result.cluster
+    if jobs.n == 0 or result.util_t.size == 0:
+        return []
+    bounds = confidence.window_bounds(jobs.n, windows)
+    edges = [float(jobs.eligible[lo]) for lo, _ in bounds]
+    edges.append(float(max(result.end.max(), edges[-1])))
+    busy = (result.util_gpus / cl.total_gpus if cl.total_gpus
+            else result.util_nodes / cl.num_nodes)
+    return metrics.span_means(result.util_t, busy, edges)
+
+
+def annotate_utilisation(targets: dict[str, Any], results: Mapping[str, SimResult],
+                         config: EvalConfig) -> dict[str, Any]:
+    """Add to the utilisation check in how many windows it holds (``windows``).
+
+    With ``config.windows`` > 1 the check gets ``windows``: ``met`` (windows whose
+    utilisation is not lower than Slurm's in the same window, read as the target reads
+    it), ``of``, and both runs' per-window figures, and its detail says it, as the
+    ratio checks say theirs (:func:`annotate`). The pass/fail stays the whole period's.
+
+    Returns:
+        ``targets``, changed in place.
+    """
+    if config.windows <= 1:
+        return targets
+    ref = results.get(SLURM)
+    run = results.get(targets["policy"])
+    for c in targets["checks"]:
+        if c["name"] != "utilisation" or c["ok"] is None or ref is None or run is None:
+            continue
+        mine = window_utilisation(run, config.windows)
+        theirs = window_utilisation(ref, config.windows)
+        if not mine or len(mine) != len(theirs):
+            continue
+        met = sum(1 for a, b in zip(mine, theirs, strict=True) if util_not_lower(a, b))
+        c["windows"] = {"met": met, "of": len(mine), "value": mine, "slurm": theirs}
+        c["detail"] += f"; not lower in {met} of {len(mine)} windows"
+    return targets
+
+
 def _sureness(c: dict[str, Any], xs: np.ndarray, ys: np.ndarray, thr: float,
               q: float | None, config: EvalConfig, seed: int) -> str:
     """Put ``ci`` and ``windows`` into ``c`` (:func:`annotate`); the words for its detail."""
@@ -1193,6 +1246,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         targets["switch_wait"] = cfg.switch_wait
         targets["setup"] = guard_setup(targets)
         annotate(targets, per_job, cfg, seed=seed)
+        annotate_utilisation(targets, results, cfg)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
                      windows=window_table(per_job, table_jobs, cfg.windows),
                      pairs=model_pairs(per_job, list(models), cfg, seed=seed),

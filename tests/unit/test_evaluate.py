@@ -460,6 +460,17 @@ def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
                                              / np.quantile(w_slurm, 0.99))
     assert p["ci"]["threshold"] == pytest.approx(1.1) and p["windows"]["of"] == 3
     assert "ci" not in c["utilisation"]
+    u = c["utilisation"]["windows"]  # the utilisation in the same windows, by time
+    assert u["of"] == 3 and len(u["value"]) == len(u["slurm"]) == 3
+    assert u["met"] == sum(a >= b for a, b in zip(u["value"], u["slurm"], strict=True))
+    assert f"; not lower in {u['met']} of 3 windows" in c["utilisation"]["detail"]
+    for name, per in (("net", u["value"]), ("slurm", u["slurm"])):
+        r = res.results[name]
+        edges = [*(float(r.jobs.eligible[lo]) for lo, _ in res.windows["rows"]),
+                 float(r.end.max())]
+        # the windows' time-weighted mean is the headline utilisation
+        assert np.dot(per, np.diff(edges)) / (edges[-1] - edges[0]) == pytest.approx(
+            res.metrics[name]["utilisation"]["gpus" if cl.total_gpus else "nodes"])
     assert res.windows["bsld"]["net"] == wn and res.windows["rows"] == [[0, 13], [13, 26],
                                                                         [26, 40]]
     heads, rows = res.window_rows()
@@ -482,6 +493,7 @@ def test_ratio_checks_say_how_sure_they_are(tiny_checkpoint):
     b = _by_name(plain.targets)["bsld_vs_slurm"]
     assert b["ci"]["lo"] == b["ci"]["hi"] == b["ci"]["ratio"] and "windows" not in b
     assert "interval" not in b["detail"] and len(plain.window_rows()[1]) == 1
+    assert "windows" not in _by_name(plain.targets)["utilisation"]
 
 
 def test_later_models_are_read_against_the_first():

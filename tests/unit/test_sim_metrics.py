@@ -145,3 +145,14 @@ def test_plot_without_matplotlib_returns_none(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     assert metrics.plot({}, tmp_path) is None
+
+
+def test_span_means_are_time_weighted_by_hand():
+    t = np.array([0, 10, 20])
+    v = np.array([1.0, 0.0, 0.5])  # 1 on [0,10), 0 on [10,20), 0.5 from 20 on
+    got = metrics.span_means(t, v, [0, 5, 15, 30])
+    assert got == pytest.approx([1.0, 0.5, 5 / 15])
+    assert metrics.span_means(t, v, [-10, 0, 0, 40]) == pytest.approx([1.0, 0.0, 0.5])
+    assert metrics.span_means(t, v, [3]) == []
+    assert metrics.span_means(np.array([], dtype=np.int64), np.array([]), [0, 1, 2]) == [
+        0.0, 0.0]

@@ -62,6 +62,7 @@ __all__ = [
     "jain",
     "job_metrics",
     "plot",
+    "span_means",
     "summary",
     "table_rows",
     "write_json",
@@ -146,6 +147,25 @@ def _time_mean(t: np.ndarray, v: np.ndarray, t_end: int) -> float:
         return 0.0
     d = np.diff(np.append(t, t_end)).astype(np.float64)
     return float((v * d).sum() / d.sum())
+
+
+def span_means(t: np.ndarray, v: np.ndarray, edges: Sequence[float]) -> list[float]:
+    """Time means of a step function over the spans between consecutive ``edges``.
+
+    ``v[i]`` holds from ``t[i]`` to ``t[i + 1]`` (the last value on to the last edge;
+    the first back to the first edge, as :func:`trainer.evaluate.restrict` moves the
+    series' first point to the first arrival). An empty span's mean is 0.
+    """
+    e = np.asarray(edges, dtype=np.float64)
+    if t.size == 0 or e.size < 2:
+        return [0.0] * max(0, e.size - 1)
+    vals = np.asarray(v, dtype=np.float64)
+    cum = np.concatenate(([0.0], np.cumsum(vals[:-1] * np.diff(t).astype(np.float64))))
+    k = np.clip(np.searchsorted(t, e, side="right") - 1, 0, t.size - 1)
+    integral = cum[k] + vals[k] * (e - t[k])
+    width = np.diff(e)
+    return [float(a / w) if w > 0 else 0.0 for a, w in zip(np.diff(integral), width,
+                                                          strict=True)]
 
 
 def _series(t: np.ndarray, v: np.ndarray, t_end: int, points: int) -> tuple[list[int],
