@@ -60,7 +60,7 @@ from slurm_plugin.output import table  # noqa: E402
 from slurm_plugin.when import parse_span  # noqa: E402
 from trainer.bounds import p99_within, util_not_lower  # noqa: E402
 from trainer.cli import _prepare, resolve  # noqa: E402
-from trainer.evaluate import EvalConfig, evaluate  # noqa: E402
+from trainer.evaluate import EvalConfig, _model_args, _util, evaluate  # noqa: E402
 from trainer.sim.state import JobTable  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "lublin_256.swf"
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.trace).exists():
         print(f"{args.trace} not found (the traces live in ../shared/traces)", file=sys.stderr)
         return 2
-    models = dict(m.split("=", 1) if "=" in m else (Path(m).stem, m) for m in args.models)
+    models = _model_args(args.models)  # (as evaluate reads them: NAME=PATH or PATH)
     heuristics = [h for h in args.heuristics.split(",") if h and h != "slurm"]
     kw = {"missing_limits": args.missing_limits} if args.missing_limits else {}
     sim = resolve(trace=args.trace, **kw)
@@ -130,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                        priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed)
         draws.append({n: {"bsld": float(res.metrics[n]["bsld"]["mean"]),
                           "p99": float(res.metrics[n]["wait_s"]["p99"]),
-                          "util": float(res.metrics[n]["utilisation"]["gpus"]
-                                        if res.metrics[n]["utilisation"]["gpus"] is not None
-                                        else res.metrics[n]["utilisation"]["nodes"])}
+                          "util": _util(res.metrics[n])}
                       for n in runs})
         print(f"draw {d + 1}/{args.draws} done", file=sys.stderr)
     guard = f"behind {args.limit} {args.order}" if limit else "unguarded"
