@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+import trainer  # noqa: F401  (pins the portable kernels before any test loads torch)
+
 TRAIN_PACKAGES = ("torch", "gymnasium", "onnx", "onnxruntime", "matplotlib")
 
 

@@ -21,6 +21,7 @@ import click
 
 from slurm_plugin.when import parse_span, parse_when
 
+from . import numerics
 from .sim.limits import MISSING_LIMITS
 from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
@@ -335,6 +336,7 @@ def _resolved(prep: _Prepared, names: list[str]) -> dict[str, Any]:
         "speed_model": make_speed_model(prep.cfg.speed_model).to_dict(),
         "priority": prep.priority.to_dict(),
         "baselines": {n: dataclasses.asdict(BASELINES[n]) for n in names},
+        "numerics": numerics.describe(),
     }
 
 

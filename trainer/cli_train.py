@@ -50,6 +50,7 @@ import click
 from slurm_plugin.helper.decide import STARVATION_ORDERS
 from slurm_plugin.when import parse_span
 
+from . import numerics
 from .cli import missing_limits_option
 
 if TYPE_CHECKING:
@@ -649,7 +650,8 @@ def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:
     return {"command": d, "input": {"source": data.source, "rejected": data.rejected,
                                     "jobs": data.jobs.n, "skipped": dict(data.jobs.skipped)},
             "cluster": {"name": c.name, "nodes": c.num_nodes, "leaves": c.num_leaves},
-            "scheduler": data.options.to_dict(), "priority": data.priority.to_dict()}
+            "scheduler": data.options.to_dict(), "priority": data.priority.to_dict(),
+            "numerics": numerics.describe()}
 
 
 # ---------------------------------------------------------------------------- commands

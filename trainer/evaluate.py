@@ -104,7 +104,7 @@ from slurm_plugin.helper.decide import (
 )
 from slurm_plugin.model import place_head_trained
 
-from . import confidence
+from . import confidence, numerics
 from .bounds import p99_within, util_not_lower
 from .cli import _input_options, _items, _prepare, replay_baseline, resolve
 from .sim import metrics
@@ -1520,7 +1520,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
         raise click.ClickException(str(exc).splitlines()[0]) from None
     if sim.out:
         metrics.write_json({"input": dataclasses.asdict(sim), "evaluate": cfg.to_dict(),
-                            "models": paths}, Path(sim.out) / "config.json")
+                            "models": paths, "numerics": numerics.describe()},
+                           Path(sim.out) / "config.json")
         click.echo(f"wrote {Path(sim.out) / 'eval.json'}, config.json and"
                    f" {len(res.files) - 1} plots", err=True)
     if sim.json:

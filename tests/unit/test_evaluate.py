@@ -564,6 +564,7 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
         assert name in lines
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["input"]["limit"] == 300 and cfg["evaluate"]["train"] == 0.7
+    assert cfg["numerics"]["cpu_capability"]  # what the model's scores were computed with
     assert json.loads((out / "eval.json").read_text())["input"]["jobs"] == 300
     guarded = CliRunner().invoke(cli.main, [
         "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",

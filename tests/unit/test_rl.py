@@ -779,6 +779,7 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["command"]["limit"] == 400 and cfg["train"]["budget_updates"] == 1
     assert cfg["imitate_from"] == "slurm" and cfg["algo"]["episodes"] == 2
+    assert cfg["numerics"]["mode"] == "portable" and cfg["numerics"]["torch"]
     assert cfg["periods"] == {"train_jobs": 280, "val_jobs": 40, "val_window_jobs": 30,
                               "test_jobs": 80}
     summ = json.loads((out / "summary.json").read_text())
