@@ -483,8 +483,9 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     over: dict[str, Any] = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
                                               ("max_decisions", cmd.max_decisions))
                             if v is not None}
-    icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1, **over)
     source, choice = _imitation_source(data, cmd.imitate_from, cmd, speed_model)
+    icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1,
+                           teacher=None if source == "history" else source, **over)
     records = data.records
     if source != "history":
         what = ("the Slurm baseline" if source == "slurm" else
