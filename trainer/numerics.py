@@ -24,6 +24,7 @@ import os
 import platform
 import sys
 import warnings
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 ENV_MODE = "RLSCHED_NUMERICS"
@@ -34,7 +35,7 @@ PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_C
 _X86 = {"x86_64", "amd64", "x64"}
 
 
-def mode(environ: dict[str, str] | None = None) -> str:
+def mode(environ: Mapping[str, str] | None = None) -> str:
     """``portable`` (the default) or ``native``, from ``RLSCHED_NUMERICS``.
 
     Any other value warns (saying what to set) and reads as ``portable``.
@@ -49,7 +50,8 @@ def mode(environ: dict[str, str] | None = None) -> str:
     return value
 
 
-def pin(environ: dict[str, str] | None = None, machine: str | None = None) -> dict[str, str]:
+def pin(environ: MutableMapping[str, str] | None = None, machine: str | None = None
+        ) -> dict[str, str]:
     """Set the portable kernels' variables that are unset; return what it set.
 
     Does nothing under ``RLSCHED_NUMERICS=native``, on a CPU that is not x86-64 (its
