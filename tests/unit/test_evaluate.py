@@ -173,8 +173,9 @@ def test_restrict_at_zero_is_the_replay_and_rejects_out_of_range():
 
 
 # ---------------------------------------------------------------------------- targets
-def _m(bsld, p99=100.0, util=0.5, jct=1000.0, leaf=None, gpus=True):
-    return {"bsld": {"mean": bsld, "p99": bsld}, "wait_s": {"mean": 0.0, "p95": 0.0, "p99": p99},
+def _m(bsld, p99=100.0, util=0.5, jct=1000.0, leaf=None, gpus=True, longest=None):
+    wait = {"mean": 0.0, "p95": 0.0, "p99": p99, "max": p99 if longest is None else longest}
+    return {"bsld": {"mean": bsld, "p99": bsld}, "wait_s": wait,
             "jct_s": {"mean": jct}, "single_leaf_share": leaf, "jobs": 10, "makespan_s": 5,
             "utilisation": {"nodes": util / 2, "cpus": util / 2,
                             "gpus": util if gpus else None},
@@ -327,6 +328,17 @@ def test_table_rows_columns():
     assert all(len(r) == len(TABLE_HEADERS) for r in rows)
     assert rows[0][TABLE_HEADERS.index("bsld mean")] == "6.000"
     assert rows[1][TABLE_HEADERS.index("util")] == "0.500"
+    assert rows[0][TABLE_HEADERS.index("wait max")] == "100.0"
+    del ms["slurm"]["wait_s"]["max"]  # metrics from before the column: a dash
+    assert table_rows(ms)[1][TABLE_HEADERS.index("wait max")] == "-"
+
+
+def test_p99_line_reports_the_longest_wait_without_checking_it():
+    ms = {"net": _m(6.0, p99=100.0, longest=900_000.0), "slurm": _m(10.0, longest=400_000.0),
+          "sjf": _m(8.0)}
+    c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["p99_wait"]
+    assert c["ok"] and c["detail"].endswith("; longest wait 900,000 s vs 400,000 s")
+    assert c["longest_wait"] == {"value": 900_000.0, "slurm": 400_000.0}
 
 
 def test_plotted_runs_skip_duplicates():

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from slurm_plugin import cli
 from trainer.evaluate import EvalConfig, evaluate
-from trainer.report import _num, build_report
+from trainer.report import _dur, _num, _rel, build_report
 from trainer.sim.policies import make_policy
 from trainer.sim.state import Cluster, build_jobs
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
@@ -119,6 +119,11 @@ def test_report_content(run_dir):
     assert "As replayed: sjf&lt;b&gt;&amp;co without a starvation guard." in page
     assert "consecutive windows of the test period" in page and "95% interval" in page
     assert "<th>from day</th>" in page
+    assert "<th>longest wait</th>" in page  # the headline table's column, vs Slurm's
+    longest = ev["metrics"][ODD]["wait_s"]["max"]
+    slurm_longest = ev["metrics"]["slurm"]["wait_s"]["max"]
+    assert longest >= ev["metrics"][ODD]["wait_s"]["p99"] and slurm_longest > 0
+    assert f"<td>{_dur(longest)}{_rel(longest, slurm_longest)}</td>" in page
     assert "Models against sjf&lt;b&gt;&amp;co" in page and "second vs sjf&lt;b" in page
     first = ev["windows"]["bsld"]["slurm"][0]  # the Slurm baseline's first window
     assert f"<td>{_num(float(first))}</td>" in page
