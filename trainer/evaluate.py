@@ -731,8 +731,8 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
                          f" (target <= +{config.p99_slack:.0%})"))
     pm, sm = p["wait_s"].get("max"), s["wait_s"].get("max")
     if pm is not None and sm is not None:
-        # reported, not checked: the 1% of jobs above the p99 are where a starvation
-        # guard in policy order lets the widest jobs wait on (admin guide)
+        # reported, not checked: what the p99 leaves out (behind a guard in policy order
+        # the widest jobs can wait far longer than under Slurm; admin guide)
         checks[-1]["detail"] += f"; longest wait {float(pm):,.0f} s vs {float(sm):,.0f} s"
     checks[-1]["longest_wait"] = {"value": pm, "slurm": sm}
     pu, su = _util(p), _util(s)

@@ -182,8 +182,8 @@ def _headline(ev: Mapping[str, Any]) -> str:
     names = list(ev.get("names") or ms)
     ref = ms.get("slurm")
     cols = ["policy", "mean wait", "p95 wait", "p99 wait", "longest wait", "bounded slowdown",
-            "mean JCT",
-            "utilisation", "fragmentation", "multi-node jobs in one leaf", "fairness (Jain)"]
+            "mean JCT", "utilisation", "fragmentation", "multi-node jobs in one leaf",
+            "fairness (Jain)"]
     rows = []
     for n in names:
         m = ms[n]
@@ -200,8 +200,7 @@ def _headline(ev: Mapping[str, Any]) -> str:
             _dur(w["mean"]) + (rel(w["mean"], ref["wait_s"]["mean"]) if ref else ""),
             _dur(w["p95"]),
             _dur(w["p99"]) + (rel(w["p99"], ref["wait_s"]["p99"]) if ref else ""),
-            _dur(w.get("max")) + (rel(w["max"], ref["wait_s"]["max"]) if ref and None not in (
-                w.get("max"), ref["wait_s"].get("max")) else ""),
+            _dur(w.get("max")) + (rel(w.get("max"), ref["wait_s"].get("max")) if ref else ""),
             _num(b["mean"]) + (rel(b["mean"], ref["bsld"]["mean"]) if ref else ""),
             _dur(j["mean"]) + (rel(j["mean"], ref["jct_s"]["mean"]) if ref else ""),
             _pct(_util(m)), _num(m["fragmentation"]["mean"]), _pct(m.get("single_leaf_share")),
