@@ -1,6 +1,7 @@
 """PPO's update on a big cluster (a benchmark, not a test): distinct rows encoded once.
 
-Each distinct node row and leaf encoded once vs every one, side by side.
+Each distinct node row and leaf encoded once vs every one, side by side; and the node
+sets summed over the distinct rows vs over every node's encoding.
 
     python benchmarks/learn_speed.py                      # theta.swf (4,392 nodes)
     python benchmarks/learn_speed.py --trace ../shared/traces/lublin_256.swf
@@ -9,12 +10,14 @@ One PPO rollout (``--episodes`` windows of ``--window`` jobs, from the trace's t
 period, the net freshly initialised and seeded) is collected once; then the same PPO
 update (``algo.learn``: the chunked forward pass, then ``epochs`` passes of minibatches
 with backward) runs on copies of the same net, ``--repeat`` times each way,
-interleaved: with :meth:`trainer.policy.PolicyNet.forward_batch` encoding each distinct
-node row and each leaf of the same rows once (the default), and with every node and
-leaf encoded (``trainer.policy._DEDUP_ROWS`` set out of reach). Printed: the fastest
-update each way, the ratio, how many node rows and leaves the encoders saw per
-minibatch each way, and the largest difference between the updated weights (float
-rounding only: the same update either way).
+interleaved: three ways: ``once``, :meth:`trainer.policy.PolicyNet.forward_batch` encoding each
+distinct node row and each leaf of the same rows once and summing the candidate node
+sets over the distinct rows (the default); ``once-bmm``, the same but the sets summed
+over ``[B, N, H]`` with ``bmm`` (``trainer.policy._SET_ROWS_NODES`` set out of reach: what
+clusters under 1,024 nodes do); and ``every``, every node and leaf encoded
+(``trainer.policy._DEDUP_ROWS`` set out of reach). Printed: the fastest update each way,
+the ratios, how many node rows and leaves the encoders saw each way, and the largest
+difference between the updated weights (float rounding only: the same update).
 """
 
 from __future__ import annotations
@@ -82,13 +85,14 @@ def main() -> None:
             seen[name] += i[0].shape[:-1].numel()
         return hook
 
-    once = policy_mod._DEDUP_ROWS
-    best = {"once": float("inf"), "every": float("inf")}
+    once, sets = policy_mod._DEDUP_ROWS, policy_mod._SET_ROWS_NODES
+    ways = {"once": (once, sets), "once-bmm": (once, 10**12), "every": (10**12, sets)}
+    best = {label: float("inf") for label in ways}
     rows = {}
     weights = {}
     for _ in range(args.repeat):
-        for label, limit in (("once", once), ("every", 10**12)):
-            policy_mod._DEDUP_ROWS = limit
+        for label, (limit, set_limit) in ways.items():
+            policy_mod._DEDUP_ROWS, policy_mod._SET_ROWS_NODES = limit, set_limit
             n2 = copy.deepcopy(net)
             hs = [n2.node_enc.register_forward_hook(counter("node")),
                   n2.leaf_enc.register_forward_hook(counter("leaf"))]
@@ -103,13 +107,14 @@ def main() -> None:
                 h.remove()
             rows[label] = dict(seen)
             weights[label] = torch.cat([p.detach().reshape(-1) for p in n2.parameters()])
-    policy_mod._DEDUP_ROWS = once
-    diff = float((weights["once"] - weights["every"]).abs().max())
-    for label in ("every", "once"):
-        print(f"  {label:<6} update {best[label]:7.2f} s   node rows encoded"
+    policy_mod._DEDUP_ROWS, policy_mod._SET_ROWS_NODES = once, sets
+    for label in ("every", "once-bmm", "once"):
+        print(f"  {label:<8} update {best[label]:7.2f} s   node rows encoded"
               f" {rows[label]['node']:>11,}   leaves encoded {rows[label]['leaf']:>10,}")
-    print(f"  ratio every/once: {best['every'] / best['once']:.2f}x; largest weight"
-          f" difference after the update: {diff:.2e}")
+    for label in ("every", "once-bmm"):
+        diff = float((weights["once"] - weights[label]).abs().max())
+        print(f"  ratio {label}/once: {best[label] / best['once']:.2f}x; largest weight"
+              f" difference after the update: {diff:.2e}")
 
 
 if __name__ == "__main__":

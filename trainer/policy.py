@@ -163,6 +163,12 @@ class PolicyConfig:
 #: Rows below which :meth:`PolicyNet.forward_batch` encodes every node and leaf (finding
 #: the distinct ones costs more than it saves).
 _DEDUP_ROWS = 4096
+#: Nodes per observation from which the candidate node sets are summed over the distinct
+#: node rows (:func:`_set_rows`, never building ``[B, N, H]``): on Theta's 4,392 nodes,
+#: imitation steps ran 2.8x as fast (``benchmarks/imitate_speed.py``). On Lublin's 256
+#: they ran at 0.93x, and summing in another order would change every net trained so far
+#: on a small cluster, so below this ``bmm`` over ``[B, N, H]`` stays.
+_SET_ROWS_NODES = 1024
 
 
 def _row_key_weights(f: int) -> Tensor:
@@ -223,6 +229,26 @@ def _node_pairs(flat: Tensor, inv: Tensor, slots: int
     valid = flat < slots
     keys, counts = torch.unique(flat[valid] * u + inv[valid], return_counts=True)
     return keys // u, keys % u, counts
+
+
+def _set_rows(c: Tensor, inv: Tensor, rows: Tensor) -> Tensor:
+    """``bmm(c, rows[inv].reshape(B, N, H))`` without building ``[B, N, H]``.
+
+    ``c``: ``[B, K, N]`` node weights of each candidate set, ``inv``: ``[B * N]`` each
+    node's distinct row, ``rows``: ``[U, H]``. The set's nodes are counted per distinct
+    row (a big cluster's idle nodes share a few rows), then the rows are weighted.
+    """
+    bsz, kmax, n = (int(x) for x in c.shape)
+    u = int(rows.shape[0])
+    flat = c.reshape(-1)
+    idx = flat.nonzero().squeeze(1)
+    node = (idx // (kmax * n)) * n + idx % n
+    keys, kinv = torch.unique((idx // n) * u + inv.index_select(0, node), return_inverse=True)
+    w = torch.zeros(int(keys.shape[0]), dtype=c.dtype, device=c.device).index_add(
+        0, kinv, flat.index_select(0, idx))
+    out = torch.zeros(bsz * kmax, int(rows.shape[1]), dtype=rows.dtype, device=rows.device)
+    out = out.index_add(0, keys // u, rows.index_select(0, keys % u) * w.unsqueeze(-1))
+    return out.reshape(bsz, kmax, -1)
 
 
 def _leaf_groups(ps: Tensor, pu: Tensor, pc: Tensor, slots: int, n_rows: int
@@ -544,10 +570,12 @@ class PolicyNet(nn.Module):
         nodes = b.nodes.reshape(-1, int(b.nodes.shape[-1]))
         node_groups = _row_groups(nodes)
         pairs = None if node_groups is None else _node_pairs(flat, node_groups[1], slots)
-        ne: Tensor | None
+        # what the node sets are summed from: every node's encoding, or the distinct
+        # rows' with each node's row (then [B, N, H] is never built: _set_rows)
+        set_src: Tensor | tuple[Tensor, Tensor]
         if node_groups is None or pairs is None:
             every = self.node_enc(b.nodes) * nv_f.unsqueeze(-1)          # [B, N, H]
-            ne = every
+            set_src = every
             leaf_sum = torch.zeros(slots + 1, h, dtype=dt, device=dev).index_add(
                 0, flat, every.reshape(-1, h))[:slots]
             leaf_in = torch.cat((leaf_sum / cnt.clamp(min=1.0).unsqueeze(-1),
@@ -556,8 +584,7 @@ class PolicyNet(nn.Module):
         else:
             first, inv = node_groups
             ne_u = self.node_enc(nodes.index_select(0, first))                # [U, H]
-            ne = (ne_u.index_select(0, inv).reshape(bsz, -1, h) * nv_f.unsqueeze(-1)
-                  if bool(b.cand_mask.any()) else None)  # only the node sets need it
+            set_src = (inv, ne_u)
             ps, pu, pc = pairs
             groups = _leaf_groups(ps, pu, pc, slots, int(first.shape[0]))
             if groups is None:  # every leaf
@@ -599,13 +626,21 @@ class PolicyNet(nn.Module):
         job_logits = torch.cat((scores, hold), 1)
         value = self.value_head(ctx).squeeze(-1)
 
-        if ne is None:  # no candidate set in the batch: every set is padding (masked)
+        if not bool(b.cand_mask.any()):  # no candidate set: every set is padding (masked)
             kmax = int(b.cand_sets.shape[1])
             return job_logits, torch.full((bsz, kmax), MASKED, dtype=dt, device=dev), value
         c = b.cand_sets.to(dt)                                    # [B, K, N]
         kmax = int(c.shape[1])
         size = c.sum(-1)
-        set_nodes = torch.bmm(c, ne) / size.clamp(min=1.0).unsqueeze(-1)
+        if isinstance(set_src, Tensor):
+            set_sum = torch.bmm(c, set_src)
+        elif int(c.shape[2]) >= _SET_ROWS_NODES:
+            set_sum = _set_rows(c * nv_f.unsqueeze(1), *set_src)
+        else:
+            inv, ne_u = set_src
+            set_sum = torch.bmm(c, ne_u.index_select(0, inv).reshape(bsz, -1, h)
+                                * nv_f.unsqueeze(-1))
+        set_nodes = set_sum / size.clamp(min=1.0).unsqueeze(-1)
         touch = torch.zeros(slots + 1, kmax, dtype=dt, device=dev).index_add(
             0, flat, c.transpose(1, 2).reshape(bsz * int(c.shape[2]), kmax))[:slots]
         touch = touch.reshape(bsz, n_leaves, kmax).transpose(1, 2)    # [B, K, L]

@@ -522,3 +522,38 @@ def test_leaf_groups_check_the_rows_exactly(monkeypatch):
     assert policy_mod._leaf_groups(ps, pu, pc, 3000, 3) is None  # pair counts differ
     one = torch.arange(3000)
     assert policy_mod._leaf_groups(one, one % 3, torch.full((3000,), 2), 3000, 3) is None
+
+
+def test_set_rows_equals_bmm_over_every_node_with_gradients():
+    g = torch.Generator().manual_seed(0)
+    bsz, kmax, n, u, h = 3, 4, 50, 7, 5
+    inv = torch.randint(0, u, (bsz * n,), generator=g)
+    c = (torch.rand(bsz, kmax, n, generator=g) < 0.3).to(torch.float32)
+    c[0, 1] *= 2.5  # any weights, not only 0/1
+    c[2, 3] = 0.0  # an empty set sums to zero
+    rows = torch.randn(u, h, generator=g, requires_grad=True)
+    got = policy_mod._set_rows(c, inv, rows)
+    want = torch.bmm(c, rows[inv].reshape(bsz, n, h))
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), atol=1e-5)
+    assert not got[2, 3].any()
+    w = torch.randn(bsz, kmax, h, generator=g)
+    (ga,) = torch.autograd.grad((got * w).sum(), rows)
+    (gb,) = torch.autograd.grad((want * w).sum(), rows)
+    np.testing.assert_allclose(ga.numpy(), gb.numpy(), atol=1e-5)
+
+
+def test_node_sets_of_a_big_cluster_are_summed_over_distinct_rows(monkeypatch):
+    net = net_for_tests(hidden=16)
+    batch = _big_batch(n_nodes=2400, states=2)
+    assert batch.nodes.shape[1] >= policy_mod._SET_ROWS_NODES and bool(batch.cand_mask.any())
+    calls = []
+    real = policy_mod._set_rows
+    monkeypatch.setattr(policy_mod, "_set_rows", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        got = net.forward_batch(batch)
+        assert calls == [1]
+        monkeypatch.setattr(policy_mod, "_SET_ROWS_NODES", 10**9)  # bmm over [B, N, H]
+        want = net.forward_batch(batch)
+    assert calls == [1]
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
