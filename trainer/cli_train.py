@@ -518,6 +518,10 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     if report.est_prior is not None:
         click.echo(f"imitation: est_prior (weight of shortest estimate first) fitted"
                    f" {report.est_prior:.2f}, trained {report.est_prior_final:.2f}", err=True)
+    if report.area_prior is not None:
+        click.echo(f"imitation: area_prior (weight of smallest estimated area first) fitted"
+                   f" {report.area_prior:.2f}, fixed; est_prior trained from 0 to"
+                   f" {report.est_prior_final:.2f}", err=True)
     if report.prior_alone:
         click.echo(f"imitation: the prior alone agrees with the teacher at least as well as"
                    f" the trained job head on the validation decisions (top-1"

@@ -506,7 +506,7 @@ class Demo:
                      f" scheduler: top-1 {net_m['top1']:.1%}, top-5 {net_m['top5']:.1%}"
                      f" (FIFO order: top-1 {fifo_m.get('top1', float('nan')):.1%})")
         if rep.prior_alone:
-            self.say("  the fitted est_prior alone agreed at least as well as the trained"
+            self.say("  the fitted prior alone agreed at least as well as the trained"
                      " job head on the validation decisions: the net orders by it alone")
 
     def _window(self) -> dict[str, Any]:

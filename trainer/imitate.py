@@ -67,6 +67,7 @@ from .sim.placement import Request, tree_best_fit
 from .sim.state import Cluster, JobTable, NodeState, build_jobs
 
 __all__ = [
+    "AREA_TEACHERS",
     "PRIOR_TEACHERS",
     "SPLITS",
     "Decision",
@@ -86,8 +87,12 @@ __all__ = [
 
 #: The time splits, in order.
 SPLITS = ("train", "val", "test")
-PRIOR_TEACHERS = ("sef",)
-"""Teachers whose order the fitted ``est_prior`` alone expresses (shortest estimate first)."""
+PRIOR_TEACHERS = ("sef", "seaf")
+"""Teachers whose order a fitted prior alone expresses: ``sef``'s by ``est_prior``
+(shortest estimate first), ``seaf``'s by ``area_prior`` (:data:`AREA_TEACHERS`)."""
+AREA_TEACHERS = ("seaf",)
+"""Teachers whose prior is ``area_prior`` (smallest estimated area first,
+:func:`~trainer.policy.log_est_area`) instead of ``est_prior``."""
 
 # reconstruction counters
 STARTS = "starts"
@@ -553,7 +558,9 @@ class ImitationConfig:
     """Before training, set the net's ``est_prior`` (the weight of ``-log_est_run`` in
     every job score) to the value that alone best explains the training decisions
     (:func:`fit_est_prior`); the hidden layers then learn the rest. A teacher that
-    orders by the estimate (``sef``) is then copied from the first step. After training,
+    orders by the estimate (``sef``) is then copied from the first step. For a teacher in
+    :data:`AREA_TEACHERS` (``seaf``) the fitted weight is ``area_prior``'s instead (of
+    ``-log_est_area``, fixed while ``est_prior`` trains from 0). After training,
     if the teacher is one whose order the prior expresses (``teacher`` in
     :data:`PRIOR_TEACHERS`) and the prior alone (the job head's output zeroed) agrees with
     it at least as well as the trained job head on the validation decisions, the kept net
@@ -562,12 +569,12 @@ class ImitationConfig:
     stay trained): the head's corrections would only add noise to that teacher's order."""
     teacher: str | None = None
     """Name of the baseline whose replay is imitated (``None``: the recorded history).
-    Only a teacher in :data:`PRIOR_TEACHERS` may be kept by the prior alone: the prior is
-    one order, shortest estimate first, and any other teacher's order needs the head. On
-    the Lublin trace a ``seaf`` teacher (the estimate times the job's size) was agreed
-    with about as well by the prior alone on the validation decisions (top-1 0.878
-    against the head's 0.874), which then kept ``sef``'s order instead of ``seaf``'s:
-    a mean bounded slowdown of 92.5 against 39.7 over the jobs before the test period."""
+    Only a teacher in :data:`PRIOR_TEACHERS` may be kept by the prior alone: a prior is
+    one order, and any other teacher's order needs the head. Before ``seaf`` had its own
+    prior, the Lublin trace's ``seaf`` teacher was agreed with about as well by
+    ``est_prior`` alone (top-1 0.878 against the head's 0.874 on the validation
+    decisions), which would have kept ``sef``'s order instead of ``seaf``'s: a mean
+    bounded slowdown of 92.5 against 39.7 over the jobs before the test period."""
     prior_max: float = 20.0
     """Bound of the fitted ``est_prior`` (a teacher that always starts the shortest
     estimate is explained better by every larger weight)."""
@@ -613,8 +620,10 @@ class ImitationReport:
         best_epoch: Epoch whose weights were kept (0: the initial ones).
         reconstruct_s: Wall time of the reconstruction, s.
         train_s: Wall time of training, s.
-        est_prior: ``est_prior`` fitted before training (``None``: not fitted), and
-            ``est_prior_final`` the kept net's.
+        est_prior: ``est_prior`` fitted before training (``None``: not fitted, or the
+            teacher's prior is ``area_prior``), and ``est_prior_final`` the kept net's.
+        area_prior: ``area_prior`` fitted before training for a teacher in
+            :data:`AREA_TEACHERS` (``None``: none; it is not trained).
         prior_alone: The kept net orders jobs by its prior alone (the job head's output
             zeroed: it agreed with the teacher at least as well on the validation
             decisions), with ``prior_top1`` and ``head_top1`` the two validation top-1
@@ -631,6 +640,7 @@ class ImitationReport:
     train_s: float
     est_prior: float | None = None
     est_prior_final: float | None = None
+    area_prior: float | None = None
     prior_alone: bool = False
     prior_top1: float | None = None
     head_top1: float | None = None
@@ -641,24 +651,30 @@ class ImitationReport:
 
 
 def fit_est_prior(decisions: Sequence[Decision], bound: float = 20.0,
-                  iterations: int = 50) -> float:
+                  iterations: int = 50, *, area: bool = False) -> float:
     """The weight ``w`` of ``-log_est_run`` that alone best explains the decisions.
 
     Maximises the likelihood of the chosen rows under ``softmax(-w x)`` over the rows
-    that fit now (``x``: the ``log_est_run`` column; the hold action is left out): a
+    that fit now (``x``: the ``log_est_run`` column, or with ``area`` the net's
+    :func:`~trainer.policy.log_est_area`; the hold action is left out): a
     convex problem in one variable, solved by Newton steps from 0 and clipped to
     ``[-bound, bound]`` (a teacher that always starts the shortest estimate among those
     that fit has no finite optimum). Decisions with fewer than two choices carry no
     information and are skipped; without any, 0.
     """
-    from .policy import _EST
+    from .policy import _EST, _HAS_GPUS, log_est_area
 
     rows = []
     for d in decisions:
         m = np.asarray(d.obs.job_mask, dtype=bool)
         if np.count_nonzero(m) < 2 or not m[d.chosen]:
             continue
-        x = d.obs.jobs[:, _EST].astype(np.float64)
+        if area:
+            gpu = bool(d.obs.nodes.shape[0]) and bool(d.obs.nodes[:, _HAS_GPUS].max() > 0)
+            x = log_est_area(torch.from_numpy(np.asarray(d.obs.jobs, dtype=np.float32)),
+                             torch.tensor(gpu)).numpy().astype(np.float64)
+        else:
+            x = d.obs.jobs[:, _EST].astype(np.float64)
         rows.append((x[m], float(x[d.chosen])))
     if not rows:
         return 0.0
@@ -755,10 +771,12 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
     with deterministic_torch(cfg.threads):
         torch.manual_seed(cfg.seed)
         net = PolicyNet(PolicyConfig(hidden=cfg.hidden))
-        prior = fit_est_prior(data["train"], cfg.prior_max) if cfg.prior_fit else None
+        area = cfg.teacher in AREA_TEACHERS
+        prior = (fit_est_prior(data["train"], cfg.prior_max, area=area) if cfg.prior_fit
+                 else None)
         if prior is not None:
             with torch.no_grad():
-                net.est_prior.fill_(prior)
+                (net.area_prior if area else net.est_prior).fill_(prior)
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         rng = np.random.default_rng(cfg.seed)
         train = data["train"]
@@ -801,11 +819,14 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
         prior_alone, prior_top1, head_top1 = False, None, None
         if prior is not None and val and cfg.teacher in PRIOR_TEACHERS:
             out = net.job_head.out
-            kept = (out.weight.detach().clone(), out.bias.detach().clone())
+            kept = (out.weight.detach().clone(), out.bias.detach().clone(),
+                    net.est_prior.detach().clone())
             head_top1 = val_top1()
             before = _mean_job_logit(net, val)
             with torch.no_grad():
                 out.weight.zero_()
+                if area:  # the prior alone is area_prior's: est_prior trained beside it
+                    net.est_prior.zero_()
                 # the same mean job score as before, so hold competes as it did
                 out.bias.add_(before - _mean_job_logit(net, val))
             prior_top1 = val_top1()
@@ -814,12 +835,14 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
                 with torch.no_grad():
                     out.weight.copy_(kept[0])
                     out.bias.copy_(kept[1])
+                    net.est_prior.copy_(kept[2])
         t2 = time.perf_counter()
         metrics = {k: evaluate(net, data[k], has_priority=rec.has_priority)
                    for k in SPLITS if data[k]}
     report = ImitationReport(
         config=cfg.to_dict(), stats=dict(rec.stats), splits={k: len(v) for k, v in data.items()},
         metrics=metrics, history=history, best_epoch=best[1], reconstruct_s=t1 - t0,
-        train_s=t2 - t1, est_prior=prior, est_prior_final=float(net.est_prior.detach()),
+        train_s=t2 - t1, est_prior=None if area else prior,
+        est_prior_final=float(net.est_prior.detach()), area_prior=prior if area else None,
         prior_alone=prior_alone, prior_top1=prior_top1, head_top1=head_top1)
     return net, report

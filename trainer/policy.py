@@ -17,7 +17,12 @@
   its score: shortest estimated run first (the ``sef`` baseline's order, the estimate
   the helper computes from each user's history) is one weight away, whatever the
   hidden layers learn beside it. It starts at 0 (the net alone); imitating ``sef`` or
-  any teacher that favours short jobs grows it, and the job head learns the residual.
+  any teacher that favours short jobs grows it, and the job head learns the residual;
+- a second scalar, ``area_prior`` (a buffer, not trained), times :func:`log_est_area`:
+  the log of that estimate times the job's GPUs (CPUs on a cluster without GPUs),
+  computed from the same features, is the ``seaf`` baseline's order. Only imitating
+  ``seaf`` sets it (:func:`trainer.imitate.fit_est_prior` with ``area``); at 0 it adds
+  exactly nothing, so every other net trains and scores as before it existed.
 
 Every pool is a sum, mean or max over rows, so permuting the jobs permutes their scores
 and reordering nodes (within or across leaves) changes nothing: any queue length (0 to
@@ -113,6 +118,33 @@ CHECKPOINT_FORMAT = 1
 
 #: Column of the job features that :attr:`PolicyNet.est_prior` weighs.
 _EST = JOB_FEATURES.index("log_est_run")
+#: Columns :func:`log_est_area` reads: GPUs and CPUs in total, and a node's GPUs.
+_GPUS = JOB_FEATURES.index("log_gpus")
+_CPUS = JOB_FEATURES.index("log_cpus")
+_HAS_GPUS = NODE_FEATURES.index("has_gpus")
+#: Steps per unit of :func:`log_est_area` (areas closer than 1e-5, relative, tie).
+_AREA_GRID = 1e5
+
+
+def log_est_area(jobs: Tensor, gpu_cluster: Tensor) -> Tensor:
+    """``log1p(estimated run time x GPUs, or CPUs, in total)`` of each job: ``seaf``'s order.
+
+    Computed from the features the net has (``exp(x) - 1`` of ``log_est_run``, in units of
+    the time scale, times that of ``log_gpus`` on a cluster with GPUs, of ``log_cpus``
+    without: the amount :class:`~trainer.sim.policies.Seaf` multiplies by).
+
+    Args:
+        jobs: ``[..., J, Fj]`` job features.
+        gpu_cluster: ``[...]`` bool: the observation's cluster has GPUs.
+    """
+    # In float64, as exp(x) - 1 (ONNX has no expm1; in float32 it loses the short jobs'
+    # estimates to rounding), then on a grid of _AREA_GRID: products that tie exactly in
+    # seaf's arithmetic (1 h x 8 CPUs, 2 h x 4) tie here too, and go in arrival order.
+    x = jobs.to(torch.float64)
+    amount = torch.where(gpu_cluster.unsqueeze(-1), torch.exp(x[..., _GPUS]),
+                         torch.exp(x[..., _CPUS])) - 1.0
+    area = (torch.exp(x[..., _EST]) - 1.0).clamp(min=0.0) * amount.clamp(min=0.0)
+    return (torch.round(torch.log1p(area) * _AREA_GRID) / _AREA_GRID).to(jobs.dtype)
 
 
 class SchemaMismatchError(ValueError):
@@ -442,6 +474,12 @@ def batch_tensors(items: Sequence[tuple[Observation, Candidates | np.ndarray | N
 
 
 # ---------------------------------------------------------------------------- network
+def _no_area_prior(module: nn.Module, state: dict[str, Any], prefix: str,
+                   *args: Any) -> None:
+    """Weights saved before ``area_prior`` existed (checkpoints, RL states) load with 0."""
+    state.setdefault(prefix + "area_prior", torch.zeros(()))
+
+
 class PolicyNet(nn.Module):
     """Scores pending jobs, a hold action and candidate node sets (module docstring)."""
 
@@ -459,6 +497,11 @@ class PolicyNet(nn.Module):
         self.place_head = _Head(3 * h + 3, h, h)
         #: Weight of ``-log_est_run`` in every job's score (module docstring).
         self.est_prior = nn.Parameter(torch.zeros(()))
+        #: Weight of ``-log_est_area`` in every job's score: set by imitating ``seaf``,
+        #: not trained (a buffer: nets of every other teacher train exactly as before).
+        self.register_buffer("area_prior", torch.zeros(()))
+        self.area_prior: Tensor
+        self.register_load_state_dict_pre_hook(_no_area_prior)  # type: ignore[no-untyped-call]
 
     @classmethod
     def from_config(cls, config: PolicyConfig | Mapping[str, Any] | None = None) -> PolicyNet:
@@ -516,7 +559,8 @@ class PolicyNet(nn.Module):
         ))
         ctx = self.ctx_enc(torch.cat((globals, job_pool, leaf_pool)))   # [H]
 
-        scores = self.job_head(je, ctx) - self.est_prior * jobs[:, _EST]   # [J]
+        scores = (self.job_head(je, ctx) - self.est_prior * jobs[:, _EST]
+                  - self.area_prior * log_est_area(jobs, nodes[:, _HAS_GPUS].max() > 0))  # [J]
         masked = torch.full_like(scores, MASKED)
         hold = self.hold_head(ctx)                                # [1]
         job_logits = torch.cat((torch.where(job_mask, scores, masked), hold))
@@ -620,7 +664,9 @@ class PolicyNet(nn.Module):
         ), -1)
         ctx = self.ctx_enc(torch.cat((b.globals, job_pool, leaf_pool), -1))   # [B, H]
 
-        scores = self.job_head(je, ctx) - self.est_prior * b.jobs[..., _EST]  # [B, J]
+        gpu_cluster = (b.nodes[..., _HAS_GPUS] * nv_f).amax(1) > 0
+        scores = (self.job_head(je, ctx) - self.est_prior * b.jobs[..., _EST]
+                  - self.area_prior * log_est_area(b.jobs, gpu_cluster))     # [B, J]
         scores = torch.where(b.job_mask, scores, torch.full_like(scores, MASKED))
         hold = self.hold_head(ctx)                                # [B, 1]
         job_logits = torch.cat((scores, hold), 1)

@@ -366,8 +366,9 @@ def _imitation(rep: Any) -> str:
             f" splits: {esc(', '.join(f'{k} {v}' for k, v in splits.items()))}; best epoch"
             f" {esc(rep.get('best_epoch'))}): how often the job the scheduler started is the"
             " net's first choice (top-1) or among its first five."
-            + (" The net orders jobs by its fitted estimate weight alone"
-               " (<code>est_prior</code>): that agreed with the scheduler at least as well"
+            + (" The net orders jobs by its fitted prior alone (<code>"
+               + ("area_prior" if rep.get("area_prior") is not None else "est_prior")
+               + "</code>): that agreed with the scheduler at least as well"
                " as its trained job head on the validation decisions."
                if rep.get("prior_alone") else "") + "</p>"
             "<table><thead><tr><th>ranking</th><th>top-1</th><th>top-5</th>"

@@ -296,15 +296,64 @@ def test_a_teacher_ordering_by_the_estimate_is_kept_by_the_prior_alone():
     # without a fitted prior there is nothing to keep alone
     off = train_imitation(rec, None, ImitationConfig(**{**cfg.to_dict(), "prior_fit": False}))
     assert not off[1].prior_alone and off[1].prior_top1 is None
-    # the same starts taught by a teacher whose order the prior does not express (seaf:
-    # the estimate times the size; the recorded history): the head is kept, whatever
-    # the prior alone would agree
-    for teacher in ("seaf", None):
+    # the same starts taught by a teacher whose order no prior expresses (sjf; the
+    # recorded history): the head is kept, whatever the prior alone would agree
+    for teacher in ("sjf", None):
         other, orep = train_imitation(rec, None, ImitationConfig(**{**cfg.to_dict(),
                                                                     "teacher": teacher}))
         assert not orep.prior_alone and orep.prior_top1 is None and orep.head_top1 is None
         assert bool(other.job_head.out.weight.detach().any())
         assert orep.config["teacher"] == teacher
+
+
+def _area_decisions(n: int, seed: int = 0) -> list[Decision]:
+    """``n`` decisions among 2-12 one-node jobs of 1-8 CPUs on a CPU cluster, each starting
+    the smallest estimated area (estimate x CPUs: ``seaf``'s order)."""
+    from slurm_plugin.features import JobsRaw, NodesRaw, featurize
+
+    rng = np.random.default_rng(seed)
+    nr = NodesRaw.build(n_leaves=1, cap_c=np.full(2, 8), cap_g=np.zeros(2),
+                        cap_m=np.zeros(2), free_c=np.full(2, 8), free_g=np.zeros(2),
+                        free_m=np.zeros(2), idle=np.ones(2, dtype=bool),
+                        up=np.ones(2, dtype=bool), remaining=np.zeros(2),
+                        leaf=np.zeros(2, dtype=np.int64))
+    out = []
+    for k in range(n):
+        j = int(rng.integers(2, 13))
+        cpus, est = rng.integers(1, 9, j), rng.random(j) * 20_000 + 60
+        jr = JobsRaw.build(
+            job_id=np.arange(j) + 1, eligible=np.zeros(j), limit=np.full(j, 86_400),
+            nodes=np.ones(j), cpus=cpus, gpus=np.zeros(j), mem=np.zeros(j),
+            exclusive=np.zeros(j, dtype=bool), user=np.zeros(j), est_run=est,
+            usage_share=np.zeros(j), locality=np.zeros(j))
+        obs = featurize(1_000, jr, nr)
+        assert obs.job_mask.all()
+        out.append(Decision(obs, int(np.argmin(est * cpus)), k, k, k))
+    return out
+
+
+def test_a_seaf_teacher_is_kept_by_the_area_prior_alone():
+    from types import SimpleNamespace
+
+    ds = _area_decisions(300, seed=5)
+    # est_prior alone does not express this order; area_prior separates it
+    assert fit_est_prior(ds, bound=3.0, area=True) == 3.0
+    assert fit_est_prior(ds, bound=20.0) < 20.0  # not separable by the estimate alone
+    rec = Reconstruction(ds, SimpleNamespace(submit=np.arange(len(ds))), None)
+    cfg = ImitationConfig(epochs=6, hidden=16, lr=3e-3, threads=1, progress=False,
+                          prior_max=3.0, teacher="seaf")  # (hold learns to lose)
+    net, rep = train_imitation(rec, None, cfg)
+    assert rep.area_prior == 3.0 and rep.est_prior is None
+    assert float(net.area_prior) == 3.0  # fixed: not trained
+    assert rep.prior_alone and rep.prior_top1 == 1.0
+    assert rep.metrics["test"]["net"]["top1"] == 1.0
+    # the prior alone is area_prior's: the job head's output and est_prior are zeroed
+    assert not bool(net.job_head.out.weight.detach().any()) and float(net.est_prior) == 0.0
+    # a sef teacher fits est_prior and leaves area_prior at 0
+    sef = train_imitation(rec, None, ImitationConfig(**{**cfg.to_dict(), "teacher": "sef",
+                                                        "epochs": 0}))
+    assert sef[1].area_prior is None and sef[1].est_prior is not None
+    assert float(sef[0].area_prior) == 0.0
 
 
 def test_training_is_deterministic():

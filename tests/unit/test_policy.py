@@ -72,12 +72,14 @@ def make_obs(n_jobs: int, n_nodes: int, n_leaves: int, seed: int = 0
     return featurize(20_000, jr, nr), nr
 
 
-def net_for_tests(hidden: int = 16, seed: int = 0, est_prior: float = 0.7) -> PolicyNet:
-    """A small net; ``est_prior`` nonzero so that every test also covers that term."""
+def net_for_tests(hidden: int = 16, seed: int = 0, est_prior: float = 0.7,
+                  area_prior: float = 0.3) -> PolicyNet:
+    """A small net; both priors nonzero so that every test also covers those terms."""
     torch.manual_seed(seed)
     net = PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
     with torch.no_grad():
         net.est_prior.fill_(est_prior)
+        net.area_prior.fill_(area_prior)
     return net
 
 
@@ -217,7 +219,7 @@ def test_batched_path_equals_single_path():
 def test_est_prior_alone_orders_shortest_estimate_first():
     """With the job head's output zeroed, the scores are -est_prior * log_est_run: the
     order of the sef baseline (shortest estimated run first), on both paths."""
-    net = net_for_tests(hidden=16, est_prior=5.0)
+    net = net_for_tests(hidden=16, est_prior=5.0, area_prior=0.0)
     assert PolicyNet().est_prior.item() == 0.0  # a fresh net starts without the prior
     with torch.no_grad():
         net.job_head.out.weight.zero_()
@@ -245,6 +247,40 @@ def test_est_prior_alone_orders_shortest_estimate_first():
     assert net.est_prior.grad is not None and net.est_prior.grad.item() < 0
 
 
+@pytest.mark.parametrize("gpus", [True, False])
+def test_area_prior_alone_orders_smallest_estimated_area_first(gpus):
+    """With the job head's output and est_prior zeroed, the scores are -area_prior *
+    log1p(estimate x amount): the seaf baseline's order, GPUs in total on a cluster with
+    GPUs (whole nodes' for an exclusive job), CPUs without, on both paths."""
+    net = net_for_tests(hidden=16, est_prior=0.0, area_prior=2.0)
+    assert PolicyNet().area_prior.item() == 0.0
+    assert "area_prior" not in dict(net.named_parameters())  # a buffer, never trained
+    with torch.no_grad():
+        net.job_head.out.weight.zero_()
+        net.job_head.out.bias.zero_()
+    rng = np.random.default_rng(7)
+    j, n = 30, 6
+    jr = JobsRaw.build(
+        job_id=np.arange(j) + 1, eligible=np.zeros(j), limit=np.full(j, 86_400),
+        nodes=rng.integers(1, 4, j), cpus=rng.integers(1, 16, j), gpus=rng.integers(0, 3, j),
+        mem=np.zeros(j), exclusive=rng.random(j) < 0.3, user=np.zeros(j),
+        est_run=rng.random(j) * 50_000, usage_share=np.zeros(j), locality=np.zeros(j))
+    cap_g = np.full(n, 4 if gpus else 0)
+    nr = NodesRaw.build(
+        n_leaves=2, cap_c=np.full(n, 16), cap_g=cap_g, cap_m=np.zeros(n),
+        free_c=np.full(n, 16), free_g=cap_g, free_m=np.zeros(n), idle=np.ones(n, dtype=bool),
+        up=np.ones(n, dtype=bool), remaining=np.zeros(n), leaf=np.arange(n) % 2)
+    obs = dataclasses.replace(featurize(1_000, jr, nr), job_mask=np.ones(j, dtype=bool))
+    per = np.where(jr.exclusive, 4 if gpus else 16, jr.gpus if gpus else jr.cpus)
+    want = -2.0 * np.log1p(jr.est_run / 3600.0 * per * jr.nodes)
+    with torch.no_grad():
+        single = net(*obs_tensors(obs))[0][:-1].numpy()
+        batched = net.forward_batch(batch_tensors([(obs, None, None)]))[0][0, :-1].numpy()
+    np.testing.assert_allclose(single, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(batched, single, atol=ATOL)
+    assert np.array_equal(np.argsort(-single, kind="stable"), np.argsort(-want, kind="stable"))
+
+
 def test_batch_rejects_empty_list_and_bad_sets():
     obs, _ = make_obs(2, 3, 1)
     with pytest.raises(ValueError, match="at least one"):
@@ -267,6 +303,25 @@ def test_checkpoint_round_trip(tmp_path):
     cands = candidates(nr, 1, 1, 0)
     for x, y in zip(run(ck.net, obs, cands, 1), run(net, obs, cands, 1), strict=True):
         assert torch.equal(x, y)
+
+
+def test_checkpoint_saved_before_the_area_prior_loads_without_it(tmp_path):
+    net = net_for_tests(hidden=8, area_prior=0.0)
+    path = tmp_path / "old.pt"
+    save_checkpoint(path, net)
+    data = torch.load(path, weights_only=True)
+    del data["state_dict"]["area_prior"]
+    torch.save(data, path)
+    ck = load_checkpoint(path)
+    assert float(ck.net.area_prior) == 0.0
+    obs, _ = make_obs(6, 9, 3)
+    for x, y in zip(run(ck.net, obs), run(net, obs), strict=True):
+        assert torch.equal(x, y)
+    # and any state dict (an RL run's saved state, its best weights)
+    other = net_for_tests(hidden=8, seed=1, area_prior=0.5)
+    old = {k: v for k, v in net.state_dict().items() if k != "area_prior"}
+    other.load_state_dict(old)
+    assert float(other.area_prior) == 0.0
 
 
 def test_checkpoint_with_another_schema_is_refused(tmp_path):
@@ -557,3 +612,25 @@ def test_node_sets_of_a_big_cluster_are_summed_over_distinct_rows(monkeypatch):
     assert calls == [1]
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_equal_estimated_areas_tie_exactly():
+    """1 h x 8 CPUs and 2 h x 4 CPUs tie in seaf's arithmetic; the net's area feature,
+    read back from float32 features, ties them exactly too (then arrival order decides),
+    while an area 0.1% larger still scores apart."""
+    j = 4
+    jr = JobsRaw.build(
+        job_id=np.arange(j) + 1, eligible=np.zeros(j), limit=np.full(j, 86_400),
+        nodes=np.ones(j), cpus=np.array([8, 4, 2, 8]), gpus=np.zeros(j), mem=np.zeros(j),
+        exclusive=np.zeros(j, dtype=bool), user=np.zeros(j),
+        est_run=np.array([3600.0, 7200.0, 14_400.0, 3603.6]), usage_share=np.zeros(j),
+        locality=np.zeros(j))
+    nr = NodesRaw.build(
+        n_leaves=1, cap_c=np.full(2, 16), cap_g=np.zeros(2), cap_m=np.zeros(2),
+        free_c=np.full(2, 16), free_g=np.zeros(2), free_m=np.zeros(2),
+        idle=np.ones(2, dtype=bool), up=np.ones(2, dtype=bool), remaining=np.zeros(2),
+        leaf=np.zeros(2, dtype=np.int64))
+    obs = featurize(1_000, jr, nr)
+    area = policy_mod.log_est_area(torch.from_numpy(obs.jobs), torch.tensor(False)).numpy()
+    assert area[0] == area[1] == area[2] and area[3] > area[0]
+    np.testing.assert_allclose(area[0], np.log1p(8.0), atol=1e-5)

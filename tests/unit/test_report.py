@@ -131,7 +131,7 @@ def test_report_content(run_dir):
         assert c["name"] in page
     assert "imitation + ppo" in page and "ab" * 32 in page  # the model card
     assert "50.0%" in page  # imitation top-1 of the net
-    assert "by its fitted estimate weight alone" in page
+    assert "by its fitted prior alone (<code>est_prior</code>)" in page
     assert "reinforcement learning" in page and "12.5 s" in page
     # the guard chosen on the validation period (rlsched tune-guard --out run/guard)
     assert "Starvation guard, chosen on the validation period" in page
@@ -216,3 +216,15 @@ def test_report_renders_in_chromium(run_dir, tmp_path):
     assert shot.stat().st_size > 50_000  # text, tables and plots, not a blank page
     console = [ln for ln in res.stderr.splitlines() if ":CONSOLE" in ln]
     assert not console, console
+
+
+def test_imitation_section_names_the_prior_the_net_orders_by():
+    from trainer.report import _imitation
+
+    rep = {"prior_alone": True, "metrics": {"test": {
+        "net": {"top1": 0.9, "top5": 0.98, "top1_nontrivial": 0.8, "decisions": 10.0},
+        "fifo": {"top1": 0.7, "top5": 0.9, "top1_nontrivial": 0.6, "decisions": 10.0},
+        "placement": {"decisions": 0.0}}}}
+    assert "alone (<code>est_prior</code>)" in _imitation(rep)
+    assert "alone (<code>area_prior</code>)" in _imitation({**rep, "area_prior": 0.79})
+    assert "alone" not in _imitation({**rep, "prior_alone": False})
