@@ -222,18 +222,25 @@ def test_imitation_learns_a_fifo_schedule():
     assert bool(net.job_head.out.weight.detach().abs().sum() > 0)
 
 
+def _two_idle_nodes():
+    """Two idle 8-CPU nodes on one leaf (no GPUs)."""
+    from slurm_plugin.features import NodesRaw
+
+    return NodesRaw.build(n_leaves=1, cap_c=np.full(2, 8), cap_g=np.zeros(2),
+                          cap_m=np.zeros(2), free_c=np.full(2, 8), free_g=np.zeros(2),
+                          free_m=np.zeros(2), idle=np.ones(2, dtype=bool),
+                          up=np.ones(2, dtype=bool), remaining=np.zeros(2),
+                          leaf=np.zeros(2, dtype=np.int64))
+
+
 def _decisions(n: int, pick, seed: int = 0) -> list[Decision]:
     """``n`` decisions among 2-12 jobs that all fit, the chosen row by ``pick(x, rng)``
     (``x``: the rows' ``log_est_run``)."""
-    from slurm_plugin.features import JobsRaw, NodesRaw, featurize
+    from slurm_plugin.features import JobsRaw, featurize
     from trainer.policy import _EST
 
     rng = np.random.default_rng(seed)
-    nr = NodesRaw.build(n_leaves=1, cap_c=np.full(2, 8), cap_g=np.zeros(2),
-                        cap_m=np.zeros(2), free_c=np.full(2, 8), free_g=np.zeros(2),
-                        free_m=np.zeros(2), idle=np.ones(2, dtype=bool),
-                        up=np.ones(2, dtype=bool), remaining=np.zeros(2),
-                        leaf=np.zeros(2, dtype=np.int64))
+    nr = _two_idle_nodes()
     out = []
     for k in range(n):
         j = int(rng.integers(2, 13))
@@ -309,14 +316,10 @@ def test_a_teacher_ordering_by_the_estimate_is_kept_by_the_prior_alone():
 def _area_decisions(n: int, seed: int = 0) -> list[Decision]:
     """``n`` decisions among 2-12 one-node jobs of 1-8 CPUs on a CPU cluster, each starting
     the smallest estimated area (estimate x CPUs: ``seaf``'s order)."""
-    from slurm_plugin.features import JobsRaw, NodesRaw, featurize
+    from slurm_plugin.features import JobsRaw, featurize
 
     rng = np.random.default_rng(seed)
-    nr = NodesRaw.build(n_leaves=1, cap_c=np.full(2, 8), cap_g=np.zeros(2),
-                        cap_m=np.zeros(2), free_c=np.full(2, 8), free_g=np.zeros(2),
-                        free_m=np.zeros(2), idle=np.ones(2, dtype=bool),
-                        up=np.ones(2, dtype=bool), remaining=np.zeros(2),
-                        leaf=np.zeros(2, dtype=np.int64))
+    nr = _two_idle_nodes()
     out = []
     for k in range(n):
         j = int(rng.integers(2, 13))
