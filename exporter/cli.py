@@ -68,7 +68,7 @@ def export(checkpoint: str, output: str, cluster_spec: str | None, db: str | Non
     checks the graph, writes the feature schema, normalisation, cluster, training and
     evaluation into the file's metadata and the card, and compares onnxruntime with
     torch on 1,000+ simulator observations and edge cases (0, 1, 10,000 pending jobs,
-    all masked, one node). Nothing is written when they disagree.
+    all masked, one node, no GPUs). Nothing is written when they disagree.
     """
     from .onnx_export import ExportConfig
     from .onnx_export import export as run_export

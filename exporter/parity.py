@@ -19,7 +19,7 @@ simulator (:func:`record_observations`: :class:`trainer.env.SchedEnv` with place
 on, driven by a seeded random agent over synthetic GPU and HPC workloads, every job
 phase and placement phase observation kept with its candidates), plus the edge cases of
 :func:`exporter.synthetic.edge_cases` (0, 1 and 10,000 pending jobs, every job masked,
-every candidate masked, no candidate, one node).
+every candidate masked, no candidate, one node, no GPUs).
 """
 
 from __future__ import annotations

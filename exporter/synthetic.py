@@ -7,7 +7,7 @@ featurizer (:func:`slurm_plugin.features.featurize`) and candidate generator
 (:func:`slurm_plugin.placement.candidates`), so it is what the helper would build on such
 a cluster; :func:`edge_cases` is the fixed list the parity check and ``rlsched verify``
 run: no pending job, one, 10,000 (on 1,000 nodes), every job masked, every candidate
-masked, no candidate, a cluster of one node.
+masked, no candidate, a cluster of one node, a cluster without GPUs.
 
 numpy and :mod:`slurm_plugin` only (``rlsched verify`` needs no torch).
 """
@@ -67,11 +67,12 @@ class Case:
 
 
 def synthetic_raw(n_jobs: int, n_nodes: int, n_leaves: int = 1, *, busy: float = 0.5,
-                  rng: np.random.Generator | None = None) -> tuple[JobsRaw, NodesRaw]:
+                  rng: np.random.Generator | None = None, gpus: int = 4
+                  ) -> tuple[JobsRaw, NodesRaw]:
     """Random raw tables: ``n_jobs`` pending jobs, ``n_nodes`` nodes over ``n_leaves`` leaves.
 
-    Nodes have 16 CPUs, 4 GPUs and 64,000 MiB; a share ``busy`` of them runs something
-    (partly used); about 3% are down.
+    Nodes have 16 CPUs, ``gpus`` GPUs (default 4; with 0 no job asks for any) and
+    64,000 MiB; a share ``busy`` of them runs something (partly used); about 3% are down.
     """
     rng = rng if rng is not None else np.random.default_rng(0)
     j = n_jobs
@@ -80,17 +81,19 @@ def synthetic_raw(n_jobs: int, n_nodes: int, n_leaves: int = 1, *, busy: float =
         job_id=np.arange(j) + 1, eligible=rng.integers(0, 10_000, j),
         limit=np.where(rng.random(j) < 0.1, 0, rng.integers(60, 50_000, j)),
         nodes=rng.integers(1, max_nodes + 1, j), cpus=rng.integers(1, 16, j),
-        gpus=rng.integers(0, 3, j), mem=np.where(rng.random(j) < 0.5, 0, 1000),
+        gpus=rng.integers(0, 3, j) if gpus else np.zeros(j, dtype=np.int64),
+        mem=np.where(rng.random(j) < 0.5, 0, 1000),
         exclusive=rng.random(j) < 0.3, user=rng.integers(0, 7, j),
         est_run=rng.random(j) * 5000, usage_share=rng.random(j), locality=rng.random(j))
     nl = max(1, min(n_leaves, n_nodes))
     leaf = np.sort(np.concatenate([np.arange(nl), rng.integers(0, nl, n_nodes - nl)]))
     idle = rng.random(n_nodes) >= busy
     nr = NodesRaw.build(
-        n_leaves=nl, cap_c=np.full(n_nodes, 16), cap_g=np.full(n_nodes, 4),
+        n_leaves=nl, cap_c=np.full(n_nodes, 16), cap_g=np.full(n_nodes, gpus),
         cap_m=np.full(n_nodes, 64_000),
         free_c=np.where(idle, 16, rng.integers(0, 16, n_nodes)),
-        free_g=np.where(idle, 4, rng.integers(0, 4, n_nodes)),
+        free_g=np.where(idle, gpus, rng.integers(0, gpus, n_nodes) if gpus
+                        else np.zeros(n_nodes, dtype=np.int64)),
         free_m=np.where(idle, 64_000, rng.integers(0, 64_000, n_nodes)),
         idle=idle, up=rng.random(n_nodes) < 0.97,
         remaining=np.where(idle, 0, rng.integers(1, 90_000, n_nodes)), leaf=leaf)
@@ -99,7 +102,7 @@ def synthetic_raw(n_jobs: int, n_nodes: int, n_leaves: int = 1, *, busy: float =
 
 def synthetic_case(name: str, n_jobs: int, n_nodes: int, n_leaves: int = 1, *,
                    seed: int = 0, busy: float = 0.5, with_candidates: bool = True,
-                   mask_candidates: bool = False, max_sets: int = 8) -> Case:
+                   mask_candidates: bool = False, max_sets: int = 8, gpus: int = 4) -> Case:
     """A random observation and, if asked, the candidates of its first job that fits.
 
     Args:
@@ -114,6 +117,7 @@ def synthetic_case(name: str, n_jobs: int, n_nodes: int, n_leaves: int = 1, *,
             one-node request when no job fits or there is none).
         mask_candidates: Mark every candidate unusable.
         max_sets: Most candidate sets.
+        gpus: GPUs per node (0: a cluster without GPUs).
 
     Raises:
         ValueError: If ``n_nodes < 1`` or ``n_jobs < 0``.
@@ -121,7 +125,7 @@ def synthetic_case(name: str, n_jobs: int, n_nodes: int, n_leaves: int = 1, *,
     if n_nodes < 1 or n_jobs < 0:
         raise ValueError("a case needs n_nodes >= 1 and n_jobs >= 0")
     rng = np.random.default_rng(seed)
-    jr, nr = synthetic_raw(n_jobs, n_nodes, n_leaves, busy=busy, rng=rng)
+    jr, nr = synthetic_raw(n_jobs, n_nodes, n_leaves, busy=busy, rng=rng, gpus=gpus)
     if busy >= 1.0:  # every node full: nothing can start
         z = np.zeros(n_nodes, dtype=np.int64)
         nr = NodesRaw.build(n_leaves=nr.n_leaves, cap_c=nr.cap_c, cap_g=nr.cap_g,
@@ -158,4 +162,6 @@ def edge_cases(seed: int = 0) -> list[Case]:
         synthetic_case("one node", 20, 1, 1, seed=s + 7, busy=0.0),
         synthetic_case("one node, no jobs", 0, 1, 1, seed=s + 8, with_candidates=False),
         synthetic_case("one leaf", 40, 24, 1, seed=s + 9),
+        # jobs' areas in CPUs, not GPUs (the net's area_prior term: log_est_area)
+        synthetic_case("no GPUs", 30, 16, 4, seed=s + 10, gpus=0),
     ]

@@ -662,7 +662,7 @@ def fit_est_prior(decisions: Sequence[Decision], bound: float = 20.0,
     that fit has no finite optimum). Decisions with fewer than two choices carry no
     information and are skipped; without any, 0.
     """
-    from .policy import _EST, _HAS_GPUS, log_est_area
+    from .policy import _EST, gpu_cluster, log_est_area
 
     rows = []
     for d in decisions:
@@ -670,9 +670,9 @@ def fit_est_prior(decisions: Sequence[Decision], bound: float = 20.0,
         if np.count_nonzero(m) < 2 or not m[d.chosen]:
             continue
         if area:
-            gpu = bool(d.obs.nodes.shape[0]) and bool(d.obs.nodes[:, _HAS_GPUS].max() > 0)
+            gpu = gpu_cluster(torch.from_numpy(np.asarray(d.obs.nodes, dtype=np.float32)))
             x = log_est_area(torch.from_numpy(np.asarray(d.obs.jobs, dtype=np.float32)),
-                             torch.tensor(gpu)).numpy().astype(np.float64)
+                             gpu).numpy().astype(np.float64)
         else:
             x = d.obs.jobs[:, _EST].astype(np.float64)
         rows.append((x[m], float(x[d.chosen])))

@@ -147,6 +147,28 @@ def log_est_area(jobs: Tensor, gpu_cluster: Tensor) -> Tensor:
     return (torch.round(torch.log1p(area) * _AREA_GRID) / _AREA_GRID).to(jobs.dtype)
 
 
+def gpu_cluster(nodes: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Whether an observation's cluster has GPUs: some node's ``has_gpus`` is set.
+
+    What :func:`log_est_area` multiplies by (GPUs or CPUs) follows from it; every caller
+    (:meth:`PolicyNet.forward`, :meth:`PolicyNet.forward_batch`,
+    :func:`trainer.imitate.fit_est_prior`) reads it here.
+
+    Args:
+        nodes: ``[..., N, Fn]`` node features.
+        valid: ``[..., N]`` bool, the rows that are nodes (a batch's padding is not); default
+            every row.
+
+    Returns:
+        ``[...]`` bool; a table with no rows has no GPUs.
+    """
+    has = nodes[..., _HAS_GPUS]
+    if valid is not None:
+        has = has * valid.to(has.dtype)
+    # a sum, not a max: it is defined on no rows, and has_gpus is 0 or 1
+    return has.sum(-1) > 0
+
+
 class SchemaMismatchError(ValueError):
     """A checkpoint was trained on another feature schema than the installed one."""
 
@@ -560,7 +582,7 @@ class PolicyNet(nn.Module):
         ctx = self.ctx_enc(torch.cat((globals, job_pool, leaf_pool)))   # [H]
 
         scores = (self.job_head(je, ctx) - self.est_prior * jobs[:, _EST]
-                  - self.area_prior * log_est_area(jobs, nodes[:, _HAS_GPUS].max() > 0))  # [J]
+                  - self.area_prior * log_est_area(jobs, gpu_cluster(nodes)))           # [J]
         masked = torch.full_like(scores, MASKED)
         hold = self.hold_head(ctx)                                # [1]
         job_logits = torch.cat((torch.where(job_mask, scores, masked), hold))
@@ -664,9 +686,8 @@ class PolicyNet(nn.Module):
         ), -1)
         ctx = self.ctx_enc(torch.cat((b.globals, job_pool, leaf_pool), -1))   # [B, H]
 
-        gpu_cluster = (b.nodes[..., _HAS_GPUS] * nv_f).amax(1) > 0
         scores = (self.job_head(je, ctx) - self.est_prior * b.jobs[..., _EST]
-                  - self.area_prior * log_est_area(b.jobs, gpu_cluster))     # [B, J]
+                  - self.area_prior * log_est_area(b.jobs, gpu_cluster(b.nodes, b.node_valid)))
         scores = torch.where(b.job_mask, scores, torch.full_like(scores, MASKED))
         hold = self.hold_head(ctx)                                # [B, 1]
         job_logits = torch.cat((scores, hold), 1)

@@ -37,7 +37,12 @@ from exporter.synthetic import edge_cases, synthetic_case  # noqa: E402
 from exporter.verify import session_for, smoke  # noqa: E402
 from slurm_plugin import cli  # noqa: E402
 from slurm_plugin.cluster import ClusterSpec  # noqa: E402
-from slurm_plugin.features import SCHEMA_VERSION, Normalisation, schema_hash  # noqa: E402
+from slurm_plugin.features import (  # noqa: E402
+    NODE_FEATURES,
+    SCHEMA_VERSION,
+    Normalisation,
+    schema_hash,
+)
 from slurm_plugin.model import ModelError, load_model  # noqa: E402
 from trainer.policy import PolicyConfig, PolicyNet, TorchPolicy, save_checkpoint  # noqa: E402
 from trainer.sim.engine import EngineOptions, simulate  # noqa: E402
@@ -64,8 +69,14 @@ def _one_thread():
 
 
 def make_net(seed: int = 0, hidden: int = 16) -> PolicyNet:
+    """A small net with both priors nonzero, so the parity checks cover their terms too
+    (``log_est_area`` in float64 and whether the cluster has GPUs)."""
     torch.manual_seed(seed)
-    return PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
+    net = PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
+    with torch.no_grad():
+        net.est_prior.fill_(0.7)
+        net.area_prior.fill_(0.3)
+    return net
 
 
 def spec10() -> ClusterSpec:
@@ -254,6 +265,10 @@ def test_edge_cases_are_what_they_say():
     assert cm.n_cands > 0 and not cm.cand_mask.any()
     one = cases["one node"]
     assert one.obs.n_nodes == 1 and one.obs.n_jobs > 0 and one.n_cands == 1
+    cpu = cases["no GPUs"]
+    col = NODE_FEATURES.index("has_gpus")
+    assert cpu.obs.n_jobs > 0 and cpu.n_cands >= 1 and not cpu.obs.nodes[:, col].any()
+    assert all(c.obs.nodes[:, col].all() for k, c in cases.items() if k != "no GPUs")
     # deterministic for a seed
     again = {c.name: c for c in edge_cases()}
     assert all(np.array_equal(cases[k].obs.jobs, again[k].obs.jobs) for k in cases)
@@ -356,7 +371,7 @@ def test_cli_export_and_verify(tmp_path):
     r = runner.invoke(cli.main, ["export", str(ck), "-o", str(out), "--cluster-spec",
                                  str(spec_file), "--eval", str(eval_file)])
     assert r.exit_code == 0, r.output
-    assert "parity OK on 1010 inputs (1000 recorded" in r.output
+    assert "parity OK on 1011 inputs (1000 recorded" in r.output
     card = json.loads(card_path(out).read_text())
     assert card["evaluation"] == EVALUATION and card["cluster"]["nodes"] == 10
 

@@ -634,3 +634,17 @@ def test_equal_estimated_areas_tie_exactly():
     area = policy_mod.log_est_area(torch.from_numpy(obs.jobs), torch.tensor(False)).numpy()
     assert area[0] == area[1] == area[2] and area[3] > area[0]
     np.testing.assert_allclose(area[0], np.log1p(8.0), atol=1e-5)
+
+
+def test_gpu_cluster_reads_real_node_rows_only():
+    """Whether a cluster has GPUs: any real node row with has_gpus set. A batch's padding
+    rows do not count, and a table with no rows has none (no error on an empty max)."""
+    col = policy_mod.NODE_FEATURES.index("has_gpus")
+    nodes = torch.zeros(2, 3, len(policy_mod.NODE_FEATURES))
+    nodes[0, 1, col] = 1.0  # a GPU node in the first observation
+    nodes[1, 2, col] = 1.0  # ... and in a padding row of the second
+    valid = torch.tensor([[True, True, False], [True, True, False]])
+    assert policy_mod.gpu_cluster(nodes, valid).tolist() == [True, False]
+    assert policy_mod.gpu_cluster(nodes).tolist() == [True, True]
+    assert policy_mod.gpu_cluster(nodes[0]).item() is True
+    assert policy_mod.gpu_cluster(nodes[0, :0]).item() is False
