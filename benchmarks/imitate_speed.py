@@ -39,12 +39,11 @@ from trainer.imitate import (  # noqa: E402
     ImitationConfig,
     _loss,
     reconstruct,
-    records_from_sim,
+    replay_history,
     split_decisions,
 )
 from trainer.policy import PolicyConfig, PolicyNet  # noqa: E402
 from trainer.sim import load  # noqa: E402
-from trainer.sim.engine import EngineOptions, Simulator  # noqa: E402
 from trainer.sim.policies import BASELINES  # noqa: E402
 from trainer.sim.slurm import PrioritySettings, SchedulerOptions  # noqa: E402
 from trainer.sim.state import Cluster, build_jobs  # noqa: E402
@@ -72,9 +71,9 @@ def main() -> None:
     cluster = Cluster.from_spec(inp.spec)
     jobs = build_jobs(inp.records, cluster)
     policy, opts = BASELINES["sef"].build(PrioritySettings(), SchedulerOptions())
-    res = Simulator(jobs, cluster, policy, opts, EngineOptions(keep_placements=True)).run()
+    history, _ = replay_history(inp.records, jobs, cluster, policy, opts)
     cfg = ImitationConfig()
-    rec = reconstruct(records_from_sim(inp.records, res), cluster,
+    rec = reconstruct(history, cluster,
                       max_visible=cfg.max_visible, max_decisions=cfg.max_decisions,
                       max_sets=cfg.max_sets, place_min_nodes=cfg.place_min_nodes)
     train = [rec.decisions[i] for i in

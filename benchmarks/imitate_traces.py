@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 
-from trainer.imitate import ImitationConfig, reconstruct, records_from_sim, train_imitation
-from trainer.sim.engine import EngineOptions, simulate
+from trainer.imitate import ImitationConfig, reconstruct, replay_history, train_imitation
 from trainer.sim.load import from_trace
 from trainer.sim.policies import make_policy
 from trainer.sim.slurm import PrioritySettings, SchedulerOptions
+from trainer.sim.state import Cluster, build_jobs
 
 FILES = {"lublin": "lublin_256.swf", "theta": "theta.swf"}
 
@@ -57,9 +57,10 @@ def main() -> int:
     recs = inp.records
     if args.trace == "lublin":
         settings = PrioritySettings(weight_age=args.age, weight_job_size=args.size)
-        res = simulate(inp.spec, recs, make_policy("multifactor", settings),
-                       SchedulerOptions(backfill=True), EngineOptions(keep_placements=True))
-        recs = records_from_sim(recs, res)
+        cluster = Cluster.from_spec(inp.spec)
+        recs, _ = replay_history(recs, build_jobs(recs, cluster), cluster,
+                                 make_policy("multifactor", settings),
+                                 SchedulerOptions(backfill=True))
     cfg = ImitationConfig(epochs=args.epochs, lr=3e-3, threads=args.threads)
     t0 = time.perf_counter()
     rec = reconstruct(recs, inp.spec, max_visible=cfg.max_visible,

@@ -473,11 +473,10 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     from .imitate import (
         ImitationConfig,
         place_head_learned,
-        records_from_sim,
+        replay_history,
         train_imitation,
     )
     from .policy import PLACE_TRAINED, save_checkpoint
-    from .sim.engine import EngineOptions, Simulator
     from .sim.policies import BASELINES
 
     over: dict[str, Any] = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
@@ -495,10 +494,8 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
                    f"imitating a replay of {what}", err=True)
         policy, opts = BASELINES[source].build(data.priority, data.options)
         # the teacher runs in the simulator RL will train in: same speed model
-        r = Simulator(data.jobs, data.cluster, policy, opts,
-                      EngineOptions(seed=cmd.seed, keep_placements=True,
-                                    speed_model=speed_model)).run()
-        records = records_from_sim(records, r)
+        records, _ = replay_history(records, data.jobs, data.cluster, policy, opts,
+                                    seed=cmd.seed, speed_model=speed_model)
     try:
         net, report = train_imitation(records, data.cluster, icfg)
     except ValueError as exc:

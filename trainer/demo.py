@@ -384,9 +384,8 @@ class Demo:
         """Replay under the Slurm baseline and write the sacct dump."""
         from slurm_plugin.slurm.parse import format_sacct_row, sacct_header
 
-        from .imitate import records_from_sim
+        from .imitate import replay_history
         from .sim import metrics
-        from .sim.engine import EngineOptions, Simulator
         from .sim.policies import make_policy
         from .sim.slurm import SchedulerOptions
         from .sim.state import Cluster, build_jobs
@@ -399,10 +398,9 @@ class Demo:
         cl = Cluster.from_spec(spec)
         table = build_jobs(records, cl,
                            locality={j.job_id: j.locality_sensitivity for j in jobs})
-        res = Simulator(table, cl, make_policy("multifactor"), SchedulerOptions(),
-                        EngineOptions(seed=self.config.seed, speed_model=self.config.speed,
-                                      keep_placements=True)).run()
-        hist = records_from_sim(records, res)
+        hist, res = replay_history(records, table, cl, make_policy("multifactor"),
+                                   SchedulerOptions(), seed=self.config.seed,
+                                   speed_model=self.config.speed)
         m = metrics.compute(res)
         m.pop("series", None)
         _write_json(self.out / "history" / "slurm.json", m)

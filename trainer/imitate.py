@@ -61,9 +61,11 @@ from slurm_plugin.placement import candidates
 from slurm_plugin.slurm.hostlist import compress
 
 from .policy import Batch, PolicyConfig, PolicyNet, batch_tensors, deterministic_torch
-from .sim.engine import SimResult
+from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import raw_from_sim
 from .sim.placement import Request, tree_best_fit
+from .sim.policies import Policy
+from .sim.slurm import SchedulerOptions
 from .sim.state import Cluster, JobTable, NodeState, build_jobs
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "reconstruct",
     "place_head_learned",
     "records_from_sim",
+    "replay_history",
     "split_decisions",
     "train_imitation",
 ]
@@ -378,6 +381,33 @@ def records_from_sim(records: Iterable[JobRecord], result: SimResult) -> list[Jo
                            eligible_time=int(jobs.eligible[i]), nodes=names,
                            node_list=compress(names)))
     return out
+
+
+def replay_history(records: Iterable[JobRecord], jobs: JobTable, cluster: Cluster,
+                   policy: Policy, options: SchedulerOptions, *, seed: int = 0,
+                   speed_model: str = "none") -> tuple[list[JobRecord], SimResult]:
+    """Replay ``jobs`` under ``policy`` and return the history that schedule would have logged.
+
+    The teacher of :func:`train_imitation` when the records hold no schedule of their own
+    (a trace's, or a demo's or live replay's synthetic past): the simulator runs with its
+    placements kept and :func:`records_from_sim` writes them back into ``records``.
+
+    Args:
+        records: The records ``jobs`` was built from (:func:`~trainer.sim.state.build_jobs`).
+        jobs: Their job table.
+        cluster: The cluster to replay on.
+        policy: The scheduler to replay (a baseline's, e.g. ``BASELINES[name].build``).
+        options: Its scheduler options.
+        seed: Seed of the replay's random generator.
+        speed_model: How run times depend on placement (as RL will train with).
+
+    Returns:
+        The history and the replay's result (for its metrics).
+    """
+    res = Simulator(jobs, cluster, policy, options,
+                    EngineOptions(seed=seed, keep_placements=True,
+                                  speed_model=speed_model)).run()
+    return records_from_sim(records, res), res
 
 
 def split_decisions(decisions: Sequence[Decision], submits: np.ndarray, train: float,

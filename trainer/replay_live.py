@@ -288,9 +288,8 @@ def train_policy(earlier: Sequence[Any], spec: Any, options: Any, priority: Any,
         click.ClickException: If the period is too short to train on.
     """
     from .demo import Demo, DemoConfig, resolve_budget
-    from .imitate import records_from_sim
+    from .imitate import replay_history
     from .sim import fidelity
-    from .sim.engine import EngineOptions, Simulator
     from .sim.policies import make_policy
     from .sim.state import Cluster, build_jobs
 
@@ -301,9 +300,9 @@ def train_policy(earlier: Sequence[Any], spec: Any, options: Any, priority: Any,
     cluster = Cluster.from_spec(spec)
     records = fidelity.nominal_records(earlier, T0, cluster=spec.name)
     table = build_jobs(records, cluster)
-    res = Simulator(table, cluster, make_policy("multifactor", priority, options.placement),
-                    options, EngineOptions(seed=cfg.seed, keep_placements=True)).run()
-    history = records_from_sim(records, res)
+    history, _ = replay_history(records, table, cluster,
+                                make_policy("multifactor", priority, options.placement),
+                                options, seed=cfg.seed)
     demo = Demo(DemoConfig(out=str(out), budget=cfg.budget, seed=cfg.seed,
                            speed_model="none", cluster=spec.name, progress=cfg.progress),
                 resolve_budget(cfg.budget), out, say)

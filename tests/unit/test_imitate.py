@@ -23,6 +23,7 @@ from trainer.imitate import (  # noqa: E402
     fit_est_prior,
     reconstruct,
     records_from_sim,
+    replay_history,
     split_decisions,
     train_imitation,
 )
@@ -30,6 +31,7 @@ from trainer.policy import PolicyConfig, PolicyNet  # noqa: E402
 from trainer.sim.engine import EngineOptions, simulate  # noqa: E402
 from trainer.sim.policies import make_policy  # noqa: E402
 from trainer.sim.slurm import SchedulerOptions  # noqa: E402
+from trainer.sim.state import Cluster, build_jobs  # noqa: E402
 from trainer.sim.workload import (  # noqa: E402
     WorkloadConfig,
     default_cluster,
@@ -200,6 +202,18 @@ def test_records_from_sim_carry_the_simulated_schedule():
         assert r.nodes == res.placements[i]
     with pytest.raises(ValueError, match="keep_placements"):
         records_from_sim(recs, simulate(spec, recs, make_policy("fifo")))
+
+
+def test_replay_history_is_the_replay_written_back():
+    """replay_history runs the simulator with placements kept (the step every caller had
+    to remember) and writes that schedule back: the same as simulating by hand."""
+    spec, recs, res = fifo_history(40)
+    cluster = Cluster.from_spec(spec)
+    hist, res2 = replay_history(recs, build_jobs(recs, cluster), cluster, make_policy("fifo"),
+                                SchedulerOptions(backfill=True))
+    assert res2.placements is not None and np.array_equal(res2.start, res.start)
+    assert hist == records_from_sim(recs, res)
+    assert len(hist) == 40 and all(r.nodes for r in hist)
 
 
 def test_imitation_learns_a_fifo_schedule():
