@@ -12,8 +12,8 @@ took 0.5 million minor faults instead of 25 million (``benchmarks/malloc_speed.p
 
 The price is memory: the process keeps what it freed (up to ``trim_threshold`` at the
 heap's top) instead of returning it. ``rlsched train``, ``evaluate``, ``tune-guard`` and
-``demo`` call it, and so do their local worker processes (not Ray actors); the helper
-never does. ``RLSCHED_KEEP_FREED_MEMORY=0`` turns it off (the
+``demo`` call it, and so do their worker processes (local ones and Ray actors); the
+helper never does. ``RLSCHED_KEEP_FREED_MEMORY=0`` turns it off (the
 results are the same either way; only time and memory differ). Other C libraries than
 glibc are left alone.
 """
