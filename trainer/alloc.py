@@ -5,8 +5,8 @@ every step (on Theta's 4,392 nodes one observation's node encodings are 1.1 MiB)
 glibc's defaults such a buffer is mapped fresh (``mmap``) and unmapped when freed, or the
 heap's top is trimmed back, so the next step faults every page in again: a
 ``train all`` on Theta took 276 million minor page faults and spent 35% of its CPU time in
-the kernel. :func:`keep_freed_memory` raises glibc's mmap threshold (to 1 GiB; glibc
-before 2.35 allows at most 32 MiB, used there instead), its trim threshold and its top
+the kernel. :func:`keep_freed_memory` raises glibc's mmap threshold (to 1 GiB; older glibc
+versions allow at most 32 MiB, used there instead), its trim threshold and its top
 pad, so those buffers come from the heap and are reused: on Theta 3 PPO updates then
 took 0.5 million minor faults instead of 25 million (``benchmarks/malloc_speed.py``).
 
@@ -37,7 +37,7 @@ _M_MMAP_THRESHOLD = -3
 _applied: bool | None = None
 
 
-#: The largest mmap threshold glibc before 2.35 accepts (``HEAP_MAX_SIZE / 2``).
+#: The largest mmap threshold older glibc versions accept (``HEAP_MAX_SIZE / 2``).
 _OLD_GLIBC_MAX_MMAP_THRESHOLD = 32 << 20
 
 
@@ -49,7 +49,7 @@ def keep_freed_memory(*, mmap_threshold: int = 1 << 30, trim_threshold: int = 1 
 
     Args:
         mmap_threshold: Allocations at least this large are mapped on their own; if glibc
-            refuses it (before 2.35, above 32 MiB), 32 MiB.
+            refuses it (older versions refuse more than 32 MiB), 32 MiB.
         trim_threshold: Free memory at the heap's top kept before it is given back.
         top_pad: Extra address space requested whenever the heap grows (its pages are
             only backed by memory once used).

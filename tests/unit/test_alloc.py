@@ -66,7 +66,7 @@ def test_an_old_glibc_gets_the_largest_mmap_threshold_it_allows(fresh, monkeypat
     monkeypatch.delenv(alloc.ENV_VAR, raising=False)
     lib = _FakeGlibc(refuse=None)
     real = lib.mallopt
-    # glibc before 2.35: HEAP_MAX_SIZE / 2 at most
+    # older glibc: HEAP_MAX_SIZE / 2 at most
     lib.mallopt = lambda p, v: 0 if p == alloc._M_MMAP_THRESHOLD and v > (32 << 20) else real(p, v)
     monkeypatch.setattr(alloc.ctypes, "CDLL", lambda *a: lib)
     assert alloc.keep_freed_memory() is True
