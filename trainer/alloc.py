@@ -11,11 +11,12 @@ pad, so those buffers come from the heap and are reused: on Theta 3 PPO updates 
 took 0.5 million minor faults instead of 25 million (``benchmarks/malloc_speed.py``).
 
 The price is memory: the process keeps what it freed (up to ``trim_threshold`` at the
-heap's top) instead of returning it. ``rlsched train``, ``evaluate``, ``tune-guard`` and
-``demo`` call it, and so do their worker processes (local ones and Ray actors); the
-helper never does. ``RLSCHED_KEEP_FREED_MEMORY=0`` turns it off (the
-results are the same either way; only time and memory differ). Other C libraries than
-glibc are left alone.
+heap's top) instead of returning it. Importing :mod:`trainer` calls it (as it pins the
+numerics), so every command that trains or replays applies it, and so does every worker
+process (local ones and Ray actors import :mod:`trainer` too); the helper never imports
+:mod:`trainer`, so it keeps the C library's settings. ``RLSCHED_KEEP_FREED_MEMORY=0``
+turns it off (the results are the same either way; only time and memory differ). Other C
+libraries than glibc are left alone.
 """
 
 from __future__ import annotations

@@ -660,9 +660,6 @@ def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:
 @click.group("train")
 def train() -> None:
     """Learn a scheduling policy: imitate the site's scheduler, then improve it with RL."""
-    from .alloc import keep_freed_memory
-
-    keep_freed_memory()
 
 
 @train.command("imitate")

@@ -83,8 +83,6 @@ import click
 
 from slurm_plugin.fsio import atomic_write
 
-from .alloc import keep_freed_memory
-
 __all__ = ["BUDGETS", "STAGES", "Budget", "Demo", "DemoConfig", "demo", "resolve_budget",
            "run_demo"]
 
@@ -805,7 +803,6 @@ def demo(**kwargs: Any) -> None:
         cfg = resolve(**kwargs)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    keep_freed_memory()
     try:
         d = run_demo(cfg)
     except (ValueError, KeyError, OSError) as exc:

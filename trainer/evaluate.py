@@ -105,7 +105,6 @@ from slurm_plugin.helper.decide import (
 from slurm_plugin.model import place_head_trained
 
 from . import confidence, numerics
-from .alloc import keep_freed_memory
 from .bounds import p99_within, util_not_lower
 from .cli import _input_options, _items, _prepare, replay_baseline, resolve
 from .sim import metrics
@@ -1499,7 +1498,6 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     the number of windows it is met in: a verdict inside the noise of one period says
     so. With --out, writes eval.json, config.json and plots.
     """
-    keep_freed_memory()
     paths = _model_args(models)
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,

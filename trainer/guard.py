@@ -77,7 +77,6 @@ from slurm_plugin.helper.decide import (
 )
 from slurm_plugin.when import parse_span
 
-from .alloc import keep_freed_memory
 from .bounds import DEFAULT_UTIL_SLACK, SLURM_BOUNDS, listed, slurm_bounds
 from .cli import _input_options, _items, _prepare, resolve
 from .evaluate import (
@@ -494,8 +493,7 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
                     bar.update(1)
         else:
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=min(workers, len(args)),
-                                     mp_context=ctx, initializer=keep_freed_memory) as ex:
+            with ProcessPoolExecutor(max_workers=min(workers, len(args)), mp_context=ctx) as ex:
                 futures = [ex.submit(_replay, *x) for x in args]
                 for fut in futures:
                     figures.append(fut.result())
@@ -800,7 +798,6 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     each replayed on its own, by its geometric-mean figures over them. With --out,
     writes guard.json and guard.png.
     """
-    keep_freed_memory()
     lim = parse_limits(limits)
     rs = parse_resolutions(resolutions)
     ords = [o.strip() for o in orders.split(",") if o.strip()]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from trainer import alloc
 
@@ -90,12 +91,28 @@ def test_another_c_library_is_left_alone(fresh, monkeypatch):
     assert alloc.keep_freed_memory() is False
 
 
-def test_every_train_command_applies_it(monkeypatch):
-    from trainer import cli_train
+def _fresh_process(code: str, **env: str) -> str:
+    """Run ``code`` in a new interpreter (the setting is decided once per process)."""
+    e = {k: v for k, v in os.environ.items() if k != alloc.ENV_VAR}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**e, **env}, timeout=120, check=True)
+    return r.stdout.strip()
 
-    calls = []
-    monkeypatch.setattr(alloc, "keep_freed_memory", lambda **kw: calls.append(kw) or True)
-    for sub in ("imitate", "rl", "all"):
-        r = CliRunner().invoke(cli_train.train, [sub, "--trace", "/nonexistent.swf"])
-        assert r.exit_code != 0  # the missing trace, after the group ran
-    assert len(calls) == 3
+
+_STATE = "import sys, {mod}; a = sys.modules.get('trainer.alloc'); " \
+         "print(None if a is None else a._applied)"
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's mallopt only")
+def test_importing_trainer_applies_it_once_for_every_command_and_worker():
+    # every command (rlsched train, evaluate, replay-live, ...) and every worker process
+    # (local or a Ray actor) imports trainer; no call site can be missed
+    assert _fresh_process(_STATE.format(mod="trainer")) == "True"
+    assert _fresh_process(_STATE.format(mod="trainer.rl.workers")) == "True"
+    assert _fresh_process(_STATE.format(mod="trainer"), **{alloc.ENV_VAR: "0"}) == "False"
+
+
+def test_the_helper_never_applies_it():
+    # the helper's processes keep the C library's own settings: they never load trainer
+    code = _STATE.format(mod="slurm_plugin.cli, slurm_plugin.helper.cli, slurm_plugin.helper.cycle")
+    assert _fresh_process(code) == "None"

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..alloc import keep_freed_memory
 from ..env import SchedEnv
 from ..policy import PolicyConfig, PolicyNet
 from .acting import EnvSpec, Task, Trajectory, run_group
@@ -92,7 +91,6 @@ _W: dict[str, Any] = {}
 
 
 def _init_worker(spec: EnvSpec, net_config: dict[str, int]) -> None:
-    keep_freed_memory()
     torch.set_num_threads(1)  # inference only: CPU kernels are deterministic as they are
     _W["spec"] = spec
     _W["net"] = PolicyNet(PolicyConfig.from_dict(net_config))
