@@ -198,6 +198,24 @@ def parse_budget(text: str) -> dict[str, Any]:
 #: ``--speed-model`` (the names of :data:`trainer.sim.speed.SPEED_MODELS`, not imported here)
 _SPEED_MODEL = click.Choice(["none", "locality", "bandwidth"])
 
+
+def _warmup_jobs(value: Any) -> int | str:
+    """``--val-warmup``: a number of jobs (an integer >= 0), or ``eval``."""
+    from .rl.config import EVAL_WARMUP
+
+    if isinstance(value, int) and value >= 0:
+        return value
+    text = str(value).strip().lower()
+    if text == EVAL_WARMUP:
+        return EVAL_WARMUP
+    if text.isdigit():
+        return int(text)
+    raise ValueError(f"{value!r} is neither a number of jobs (0 or more) nor {EVAL_WARMUP!r}")
+
+
+_warmup_jobs.__name__ = "n|eval"  # click's metavar of a function type
+
+
 _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     # (option, TrainConfig field, click type, help)
     ("--hidden", "hidden", click.IntRange(min=1),
@@ -206,6 +224,11 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Jobs per training episode window (default 256)."),
     ("--val-jobs", "val_jobs", click.IntRange(min=1),
      "Jobs of the validation window (default 1000, cut to the validation period)."),
+    ("--val-warmup", "val_warmup", _warmup_jobs,
+     "Jobs before the validation window replayed first, not counted (default 500), or"
+     " 'eval': as many as evaluate replays before the test period and tune-guard before"
+     " each validation window (10% of the jobs), so that the checkpoint is chosen on"
+     " as full a queue as it is tested on."),
     ("--max-jobs", "max_jobs", click.IntRange(min=1),
      "Pending jobs the policy sees per decision (default 64)."),
     ("--reward", "reward", click.Choice(["bsld", "wait", "jct", "util", "effectiveness",
@@ -641,7 +664,11 @@ def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
 
     guard = (f"behind the {cfg.starvation_limit / 3600:g} h guard ({cfg.starvation_order}"
              " order)" if cfg.starvation_limit > 0 else "without a guard")
-    return (f"as the choice read them ({guard}, after {cfg.val_warmup} warm-up jobs):"
+    from .rl.config import EVAL_WARMUP
+
+    warm = ("as many warm-up jobs as evaluate replays" if cfg.val_warmup == EVAL_WARMUP
+            else f"{cfg.val_warmup} warm-up jobs")
+    return (f"as the choice read them ({guard}, after {warm}):"
             f" update {int(best['update'])} {fig(point)}; Slurm {fig(slurm)}. The table"
             " below replays the window from an empty cluster without a guard")
 

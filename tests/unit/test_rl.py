@@ -954,6 +954,50 @@ def test_choice_figures_say_what_the_bounded_choice_read_against_slurm():
     assert "without a guard, after 0 warm-up jobs" in choice_figures(
         best, {"val": val, "slurm_val": slurm},
         TrainConfig(budget_updates=1, starvation_limit=0, val_warmup=0))
+    assert "after as many warm-up jobs as evaluate replays)" in choice_figures(
+        best, {"val": val, "slurm_val": slurm}, TrainConfig(budget_updates=1, val_warmup="eval"))
     assert choice_figures(best, {"val": val}, cfg) is None  # no Slurm figures saved
     assert choice_figures({**best, "update": 25}, {"val": val, "slurm_val": slurm},
                           cfg) is None  # (a best without its point)
+
+
+def test_eval_warmup_validates_on_the_queue_evaluate_and_tune_guard_read():
+    from trainer.evaluate import EvalConfig, Split, evaluate, time_split
+    from trainer.rl.report import slurm_metrics
+    from trainer.rl.trainer import val_warmup
+    from trainer.sim.stepper import window
+
+    jobs, cl = bursts(30, seed=1)
+    cfg = TrainConfig(seed=0, **{**TOY, "val_share": 0.2, "val_jobs": None,
+                                 "val_warmup": "eval"})
+    spec = make_spec(jobs, cl, cfg)
+    warm = EvalConfig().warmup_count(jobs.n)  # evaluate's (and tune-guard's) warm-up
+    assert spec.eval.warmup_jobs == val_warmup(cfg, jobs.n) == warm == int(0.1 * jobs.n)
+    assert warm not in (0, 500)  # neither the old default nor none
+    # the validation window Slurm is read on (the bounded choice's reference) is the
+    # validation period after evaluate's warm-up: the same figures as evaluate reads
+    # when that period is its "test" (as tune-guard replays it)
+    a, b = time_split(jobs.n, cfg.train_share, cfg.val_share).val
+    assert a == spec.train_rows
+    ev = evaluate(window(jobs, 0, b, shift=False), cl, {}, EvalConfig(baselines=("slurm",)),
+                  split=Split(b, a, a), warmup_jobs=warm)
+    sl, ref = ev.metrics["slurm"], slurm_metrics(spec, seed=cfg.seed)
+    assert ref["jobs"] == sl["jobs"] == b - a
+    assert ref["bsld_mean"] == pytest.approx(sl["bsld"]["mean"])
+    assert ref["wait_p99"] == pytest.approx(sl["wait_s"]["p99"])
+    # from an empty cluster the same jobs meet another queue
+    short = make_spec(jobs, cl, dataclasses.replace(cfg, val_warmup=0))
+    assert short.eval.warmup_jobs == 0
+    assert slurm_metrics(short, seed=cfg.seed)["bsld_mean"] != pytest.approx(ref["bsld_mean"])
+    with pytest.raises(ValueError, match="val_warmup"):
+        TrainConfig(val_warmup="all")
+
+
+def test_val_warmup_option_takes_a_number_or_eval():
+    from trainer.cli_train import _warmup_jobs
+
+    assert _warmup_jobs("eval") == _warmup_jobs(" EVAL ") == "eval"
+    assert _warmup_jobs("0") == 0 and _warmup_jobs("750") == 750 and _warmup_jobs(3) == 3
+    for bad in ("-1", "1.5", "all", ""):
+        with pytest.raises(ValueError, match="neither a number of jobs"):
+            _warmup_jobs(bad)

@@ -28,12 +28,16 @@ __all__ = [
     "AlgoConfig",
     "CEMConfig",
     "DQNConfig",
+    "EVAL_WARMUP",
     "PPOConfig",
     "ReinforceConfig",
     "TrainConfig",
     "VAL_METRICS",
     "parse_overrides",
 ]
+
+#: ``TrainConfig.val_warmup``: the warm-up ``rlsched evaluate`` and ``tune-guard`` replay.
+EVAL_WARMUP = "eval"
 
 #: Validation metrics (keys of the env's ``episode_metrics``) and whether lower is better.
 VAL_METRICS: dict[str, bool] = {
@@ -79,11 +83,13 @@ class TrainConfig:
     val_jobs: int | None = 1000
     """Jobs of the validation episode: the first of the validation period; ``None``:
     all of it."""
-    val_warmup: int = 500
+    val_warmup: int | str = 500
     """Jobs just before the validation period (the end of the training period) replayed
     first in the validation episode, so that it does not start on an empty cluster
     (where every policy scores a bounded slowdown near 1); its metrics count the
-    validation jobs only."""
+    validation jobs only. ``"eval"``: as many as ``rlsched evaluate`` replays before the
+    test period and ``tune-guard`` before each validation window (10% of the jobs,
+    ``EvalConfig.warmup``), so that the choice reads as full a queue as the test."""
     max_jobs: int = 64
     """Pending jobs the policy sees at a decision (the env's ``max_jobs``)."""
     place: bool = False
@@ -189,7 +195,9 @@ class TrainConfig:
               "0 < train_share, 0 < val_share, train_share + val_share <= 1")
         _need(self.episode_jobs >= 1 and (self.val_jobs is None or self.val_jobs >= 1), c,
               "episode_jobs and val_jobs must be >= 1")
-        _need(self.val_warmup >= 0, c, "val_warmup must be >= 0")
+        _need(self.val_warmup == EVAL_WARMUP
+              or (isinstance(self.val_warmup, int) and self.val_warmup >= 0), c,
+              f"val_warmup must be an integer >= 0 or {EVAL_WARMUP!r}")
         _need(self.eval_every >= 1 and self.checkpoint_every >= 1, c,
               "eval_every and checkpoint_every must be >= 1")
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
@@ -214,7 +222,11 @@ class TrainConfig:
         self.env_configs()  # validates the env settings
 
     def env_configs(self) -> tuple[EnvConfig, EnvConfig]:
-        """The env settings of training episodes and of the validation episode."""
+        """The env settings of training episodes and of the validation episode.
+
+        (With ``val_warmup`` ``"eval"`` the validation episode's ``warmup_jobs`` depends
+        on the number of jobs: :func:`trainer.rl.make_spec` sets it.)
+        """
         common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                            place=self.place, reward=self.reward, fairness=self.fairness,
                            backlog=self.backlog,
@@ -223,7 +235,8 @@ class TrainConfig:
                            starvation_limit=self.starvation_limit if self.train_guard else 0.0,
                            starvation_order=self.starvation_order)
         return (replace(common, episode_jobs=self.episode_jobs, warm_start=self.warm_start),
-                replace(common, episode_jobs=self.val_jobs, warmup_jobs=self.val_warmup))
+                replace(common, episode_jobs=self.val_jobs,
+                        warmup_jobs=self.val_warmup if isinstance(self.val_warmup, int) else 0))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
