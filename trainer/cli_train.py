@@ -200,20 +200,22 @@ _SPEED_MODEL = click.Choice(["none", "locality", "bandwidth"])
 
 
 def _warmup_jobs(value: Any) -> int | str:
-    """``--val-warmup``: a number of jobs (an integer >= 0), or ``eval``."""
-    from .rl.config import EVAL_WARMUP
+    """``--val-warmup``: digits (a number of jobs), ``eval`` or ``auto``.
 
-    if isinstance(value, int) and value >= 0:
-        return value
+    (``TrainConfig`` checks the value.)
+    """
+    from .rl.config import AUTO_WARMUP, EVAL_WARMUP
+
     text = str(value).strip().lower()
-    if text == EVAL_WARMUP:
-        return EVAL_WARMUP
     if text.isdigit():
         return int(text)
-    raise ValueError(f"{value!r} is neither a number of jobs (0 or more) nor {EVAL_WARMUP!r}")
+    if text in (EVAL_WARMUP, AUTO_WARMUP):
+        return text
+    raise ValueError(f"{value!r} is neither a number of jobs (0 or more) nor"
+                     f" {EVAL_WARMUP!r} nor {AUTO_WARMUP!r}")
 
 
-_warmup_jobs.__name__ = "n|eval"  # click's metavar of a function type
+_warmup_jobs.__name__ = "n|eval|auto"  # click's metavar of a function type
 
 
 _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
@@ -225,10 +227,10 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--val-jobs", "val_jobs", click.IntRange(min=1),
      "Jobs of the validation window (default 1000, cut to the validation period)."),
     ("--val-warmup", "val_warmup", _warmup_jobs,
-     "Jobs before the validation window replayed first, not counted (default 500), or"
-     " 'eval': as many as evaluate replays before the test period and tune-guard before"
-     " each validation window (10% of the jobs), so that the checkpoint is chosen on"
-     " as full a queue as it is tested on."),
+     "Jobs before the validation window replayed first, not counted, or 'eval': as many"
+     " as evaluate replays before the test period and tune-guard before each validation"
+     " window (10% of the jobs), so that the checkpoint is chosen on as full a queue as"
+     " it is tested on. Default 'auto': 'eval' with --val-deployed, else 500."),
     ("--max-jobs", "max_jobs", click.IntRange(min=1),
      "Pending jobs the policy sees per decision (default 64)."),
     ("--reward", "reward", click.Choice(["bsld", "wait", "jct", "util", "effectiveness",
@@ -611,7 +613,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                f"{int(res.best.get('update', 0))}", err=True)
     if "p99_ok" in res.best:
         click.echo(bounds_note(res.best), err=True)
-        figures = choice_figures(res.best, res.curves, cfg)
+        figures = choice_figures(res.best, res.curves, cfg, spec.eval.warmup_jobs)
         if figures:
             click.echo(figures, err=True)
     click.echo(f"validation window: {summ.jobs} jobs (after the {spec.train_rows} training"
@@ -642,14 +644,15 @@ def bounds_note(best: dict[str, Any]) -> str:
 
 
 def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
-                   cfg: TrainConfig) -> str | None:
+                   cfg: TrainConfig, warmup_jobs: int) -> str | None:
     """The figures the bounded choice read for ``best``, against Slurm's, as one line.
 
-    The choice replays the window as deployed (behind the guard, after the warm-up
-    jobs); the table after it replays the window from an empty cluster without a
-    guard, so its figures differ (on Lublin, Slurm's mean bounded slowdown 181 against
-    140) and the line says so. ``None`` when the curves lack the best's point or
-    Slurm's figures (a run resumed from an older state).
+    The choice replays the window as deployed (behind the guard, after the
+    ``warmup_jobs`` warm-up jobs: the validation episode's); the table after it replays
+    the window from an empty cluster without a guard, so its figures differ (on Lublin,
+    Slurm's mean bounded slowdown 181 against 140) and the line says so. ``None`` when
+    the curves lack the best's point or Slurm's figures (a run resumed from an older
+    state).
     """
     slurm = curves.get("slurm_val") or {}
     point = next((p for p in reversed(curves.get("val", []))
@@ -666,8 +669,8 @@ def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
              " order)" if cfg.starvation_limit > 0 else "without a guard")
     from .rl.config import EVAL_WARMUP
 
-    warm = ("as many warm-up jobs as evaluate replays" if cfg.val_warmup == EVAL_WARMUP
-            else f"{cfg.val_warmup} warm-up jobs")
+    warm = f"{warmup_jobs:,} warm-up jobs" + (", as many as evaluate replays"
+                                              if cfg.val_warmup_rule() == EVAL_WARMUP else "")
     return (f"as the choice read them ({guard}, after {warm}):"
             f" update {int(best['update'])} {fig(point)}; Slurm {fig(slurm)}. The table"
             " below replays the window from an empty cluster without a guard")

@@ -196,18 +196,18 @@ def test_warm_start_training_replays_slurm_once_and_repeats():
 
 def test_the_backlog_weight_reaches_training_and_validation_episodes():
     cfg = TrainConfig(backlog=0.5)
-    assert [e.backlog for e in cfg.env_configs()] == [0.5, 0.5]
-    assert [e.backlog for e in TrainConfig().env_configs()] == [0.0, 0.0]
+    assert [e.backlog for e in cfg.env_configs(100)] == [0.5, 0.5]
+    assert [e.backlog for e in TrainConfig().env_configs(100)] == [0.0, 0.0]
     with pytest.raises(ValueError, match="backlog must be >= 0"):
         TrainConfig(backlog=-1.0)
 
 
 def test_train_guard_puts_the_deployed_guard_in_the_env():
     cfg = TrainConfig(starvation_limit=3600.0, starvation_order="policy")
-    for env in cfg.env_configs():  # by default the env has no guard
+    for env in cfg.env_configs(100):  # by default the env has no guard
         assert env.starvation_limit == 0.0
     guarded = dataclasses.replace(cfg, train_guard=True)
-    for env in guarded.env_configs():  # training and env validation episodes alike
+    for env in guarded.env_configs(100):  # training and env validation episodes alike
         assert (env.starvation_limit, env.starvation_order) == (3600.0, "policy")
     spec, tcfg = _short(budget_steps=200, budget_updates=None, warm_start=True,
                         train_guard=True, starvation_limit=60.0)
@@ -815,10 +815,13 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
     best = json.loads((out / "summary.json").read_text())["best"]
     assert {best["p99_ok"], best["bsld_ok"], best["util_ok"]} <= {0.0, 1.0}
     assert bounds_note(best) in res.output
-    assert f"as the choice read them (behind the 48 h guard (age order), after 500 warm-up" \
-           f" jobs): update {int(best['update'])} mean bsld" in res.output
+    # --val-deployed warms the window up as evaluate does: 10% of the 400 jobs
+    assert f"as the choice read them (behind the 48 h guard (age order), after 40 warm-up" \
+           f" jobs, as many as evaluate replays): update {int(best['update'])} mean bsld" \
+           in res.output
     saved = json.loads((out / "config.json").read_text())["train"]
     assert saved["val_bounds"] is True and saved["val_util_slack"] == 0.002
+    assert saved["val_warmup"] == "eval"  # the rule in effect, not "auto"
     assert saved["backlog"] == 0.25
     keys = ("p99_ok", "bsld_ok", "util_ok")
     cases = [dict(zip(keys, kept, strict=True))
@@ -946,25 +949,28 @@ def test_choice_figures_say_what_the_bounded_choice_read_against_slurm():
            {"update": 20, "bsld_mean": 126.04, "wait_p99": 200421.3, "util": 0.88437}]
     slurm = {"bsld_mean": 180.7989, "wait_p99": 200250.54, "util": 0.8957}
     best = {"update": 20, "bsld_mean": 126.04, "p99_ok": 1.0}
-    assert choice_figures(best, {"val": val, "slurm_val": slurm}, cfg) == (
+    assert choice_figures(best, {"val": val, "slurm_val": slurm}, cfg, 500) == (
         "as the choice read them (behind the 48 h guard (policy order), after 500 warm-up"
         " jobs): update 20 mean bsld 126, p99 wait 200,421 s, utilisation 0.8844; Slurm"
         " mean bsld 180.8, p99 wait 200,251 s, utilisation 0.8957. The table below replays"
         " the window from an empty cluster without a guard")
     assert "without a guard, after 0 warm-up jobs" in choice_figures(
         best, {"val": val, "slurm_val": slurm},
-        TrainConfig(budget_updates=1, starvation_limit=0, val_warmup=0))
-    assert "after as many warm-up jobs as evaluate replays)" in choice_figures(
-        best, {"val": val, "slurm_val": slurm}, TrainConfig(budget_updates=1, val_warmup="eval"))
-    assert choice_figures(best, {"val": val}, cfg) is None  # no Slurm figures saved
+        TrainConfig(budget_updates=1, starvation_limit=0, val_warmup=0), 0)
+    assert "after 1,000 warm-up jobs, as many as evaluate replays)" in choice_figures(
+        best, {"val": val, "slurm_val": slurm}, TrainConfig(budget_updates=1, val_warmup="eval"),
+        1000)
+    assert "after 1,000 warm-up jobs, as many as evaluate replays)" in choice_figures(
+        best, {"val": val, "slurm_val": slurm},
+        TrainConfig(budget_updates=1, val_deployed=True), 1000)  # the default with it
+    assert choice_figures(best, {"val": val}, cfg, 500) is None  # no Slurm figures saved
     assert choice_figures({**best, "update": 25}, {"val": val, "slurm_val": slurm},
-                          cfg) is None  # (a best without its point)
+                          cfg, 500) is None  # (a best without its point)
 
 
 def test_eval_warmup_validates_on_the_queue_evaluate_and_tune_guard_read():
     from trainer.evaluate import EvalConfig, Split, evaluate, time_split
     from trainer.rl.report import slurm_metrics
-    from trainer.rl.trainer import val_warmup
     from trainer.sim.stepper import window
 
     jobs, cl = bursts(30, seed=1)
@@ -972,8 +978,12 @@ def test_eval_warmup_validates_on_the_queue_evaluate_and_tune_guard_read():
                                  "val_warmup": "eval"})
     spec = make_spec(jobs, cl, cfg)
     warm = EvalConfig().warmup_count(jobs.n)  # evaluate's (and tune-guard's) warm-up
-    assert spec.eval.warmup_jobs == val_warmup(cfg, jobs.n) == warm == int(0.1 * jobs.n)
+    assert spec.eval.warmup_jobs == cfg.val_warmup_jobs(jobs.n) == warm == int(0.1 * jobs.n)
     assert warm not in (0, 500)  # neither the old default nor none
+    # the config's own validation settings carry it too (not only make_spec's)
+    assert cfg.env_configs(jobs.n)[1].warmup_jobs == warm
+    assert cfg.env_configs(10 * jobs.n)[1].warmup_jobs == EvalConfig().warmup_count(10 * jobs.n)
+    assert dataclasses.replace(cfg, val_warmup=7).env_configs(jobs.n)[1].warmup_jobs == 7
     # the validation window Slurm is read on (the bounded choice's reference) is the
     # validation period after evaluate's warm-up: the same figures as evaluate reads
     # when that period is its "test" (as tune-guard replays it)
@@ -993,10 +1003,43 @@ def test_eval_warmup_validates_on_the_queue_evaluate_and_tune_guard_read():
         TrainConfig(val_warmup="all")
 
 
-def test_val_warmup_option_takes_a_number_or_eval():
+def test_the_default_warmup_is_evaluates_when_validating_as_deployed():
+    from trainer.evaluate import EvalConfig
+
+    jobs, cl = bursts(30, seed=1)
+    greedy = TrainConfig(seed=0, **{**TOY, "val_jobs": None})
+    assert greedy.val_warmup == "auto" and greedy.val_warmup_rule() == 500
+    assert greedy.val_warmup_jobs(jobs.n) == 500
+    deployed = dataclasses.replace(greedy, val_deployed=True)
+    assert deployed.val_warmup_rule() == "eval"
+    assert make_spec(jobs, cl, deployed).eval.warmup_jobs == EvalConfig().warmup_count(jobs.n)
+    # what was in effect is what the run records (config.json, checkpoints, resume)
+    assert greedy.to_dict()["val_warmup"] == 500 and deployed.to_dict()["val_warmup"] == "eval"
+    assert TrainConfig.from_dict(deployed.to_dict()).val_warmup_rule() == "eval"
+    # the field itself stays "auto": replacing val_deployed follows it
+    assert dataclasses.replace(deployed, val_deployed=False).val_warmup_rule() == 500
+    # given explicitly, a number or "eval" holds either way
+    assert dataclasses.replace(deployed, val_warmup=500).val_warmup_jobs(jobs.n) == 500
+    assert dataclasses.replace(greedy, val_warmup="eval").val_warmup_rule() == "eval"
+
+
+def test_a_run_saved_under_the_old_deployed_default_is_not_resumed_silently(tmp_path):
+    """State saved with 500 warm-up jobs and val_deployed resumes only with 500 given."""
+    spec, cfg = _short(budget_updates=2, budget_steps=None, val_deployed=True,
+                       val_warmup=500, eval_every=1, checkpoint_every=1)
+    acfg = PPOConfig(episodes=2)
+    train(spec, dataclasses.replace(cfg, budget_updates=1), acfg, out=tmp_path)
+    auto = dataclasses.replace(cfg, val_warmup="auto")  # now "eval" with val_deployed
+    with pytest.raises(ValueError, match="other settings.*val_warmup"):
+        train(spec, auto, acfg, out=tmp_path, resume=True)
+    assert train(spec, cfg, acfg, out=tmp_path, resume=True).updates == 2
+
+
+def test_val_warmup_option_takes_a_number_eval_or_auto():
     from trainer.cli_train import _warmup_jobs
 
     assert _warmup_jobs("eval") == _warmup_jobs(" EVAL ") == "eval"
+    assert _warmup_jobs("auto") == _warmup_jobs("Auto") == "auto"
     assert _warmup_jobs("0") == 0 and _warmup_jobs("750") == 750 and _warmup_jobs(3) == 3
     for bad in ("-1", "1.5", "all", ""):
         with pytest.raises(ValueError, match="neither a number of jobs"):

@@ -25,10 +25,12 @@ from ..env import EnvConfig
 
 __all__ = [
     "A2CConfig",
+    "AUTO_WARMUP",
     "AlgoConfig",
     "CEMConfig",
     "DQNConfig",
     "EVAL_WARMUP",
+    "GREEDY_WARMUP_JOBS",
     "PPOConfig",
     "ReinforceConfig",
     "TrainConfig",
@@ -38,6 +40,11 @@ __all__ = [
 
 #: ``TrainConfig.val_warmup``: the warm-up ``rlsched evaluate`` and ``tune-guard`` replay.
 EVAL_WARMUP = "eval"
+#: ``TrainConfig.val_warmup``'s default: :data:`EVAL_WARMUP` when the net is validated as
+#: deployed (``val_deployed``), else :data:`GREEDY_WARMUP_JOBS` jobs.
+AUTO_WARMUP = "auto"
+#: The warm-up jobs of a greedy (env) validation by default (``val_warmup`` ``"auto"``).
+GREEDY_WARMUP_JOBS = 500
 
 #: Validation metrics (keys of the env's ``episode_metrics``) and whether lower is better.
 VAL_METRICS: dict[str, bool] = {
@@ -83,13 +90,18 @@ class TrainConfig:
     val_jobs: int | None = 1000
     """Jobs of the validation episode: the first of the validation period; ``None``:
     all of it."""
-    val_warmup: int | str = 500
+    val_warmup: int | str = AUTO_WARMUP
     """Jobs just before the validation period (the end of the training period) replayed
     first in the validation episode, so that it does not start on an empty cluster
     (where every policy scores a bounded slowdown near 1); its metrics count the
     validation jobs only. ``"eval"``: as many as ``rlsched evaluate`` replays before the
     test period and ``tune-guard`` before each validation window (10% of the jobs,
-    ``EvalConfig.warmup``), so that the choice reads as full a queue as the test."""
+    ``EvalConfig.warmup``), so that the choice reads as full a queue as the test.
+    ``"auto"`` (the default): ``"eval"`` with ``val_deployed``, else 500 jobs
+    (:meth:`val_warmup_rule`). On Lublin's overloaded history 500 warm-up jobs met a
+    far emptier queue than the test period's (Slurm's mean bsld on the validation
+    period 181 against 828 after evaluate's 1,000), and the deployed choice did not
+    predict the test order; with ``"eval"`` it did, in six runs of six."""
     max_jobs: int = 64
     """Pending jobs the policy sees at a decision (the env's ``max_jobs``)."""
     place: bool = False
@@ -195,9 +207,9 @@ class TrainConfig:
               "0 < train_share, 0 < val_share, train_share + val_share <= 1")
         _need(self.episode_jobs >= 1 and (self.val_jobs is None or self.val_jobs >= 1), c,
               "episode_jobs and val_jobs must be >= 1")
-        _need(self.val_warmup == EVAL_WARMUP
+        _need(self.val_warmup in (AUTO_WARMUP, EVAL_WARMUP)
               or (isinstance(self.val_warmup, int) and self.val_warmup >= 0), c,
-              f"val_warmup must be an integer >= 0 or {EVAL_WARMUP!r}")
+              f"val_warmup must be an integer >= 0, {EVAL_WARMUP!r} or {AUTO_WARMUP!r}")
         _need(self.eval_every >= 1 and self.checkpoint_every >= 1, c,
               "eval_every and checkpoint_every must be >= 1")
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
@@ -219,13 +231,38 @@ class TrainConfig:
         _need(self.algo in ALGORITHMS, c, f"algo must be one of {sorted(ALGORITHMS)}")
         bad = [a for a in self.references if a not in AGENTS]
         _need(not bad, c, f"unknown reference agents {bad}: {sorted(AGENTS)}")
-        self.env_configs()  # validates the env settings
+        self.env_configs(0)  # validates the env settings
 
-    def env_configs(self) -> tuple[EnvConfig, EnvConfig]:
+    def val_warmup_rule(self) -> int | str:
+        """``val_warmup`` in effect.
+
+        ``"auto"`` is ``"eval"`` with ``val_deployed``, else :data:`GREEDY_WARMUP_JOBS`;
+        a number or ``"eval"`` as given.
+        """
+        if self.val_warmup == AUTO_WARMUP:
+            return EVAL_WARMUP if self.val_deployed else GREEDY_WARMUP_JOBS
+        return self.val_warmup
+
+    def val_warmup_jobs(self, n_jobs: int) -> int:
+        """The warm-up jobs of the validation episode on a history of ``n_jobs`` jobs.
+
+        ``"eval"`` (:meth:`val_warmup_rule`): as many as :func:`trainer.evaluate.evaluate`
+        replays before the test period of the same jobs (and ``tune-guard`` before each
+        validation window); a number: that many.
+        """
+        rule = self.val_warmup_rule()
+        if rule == EVAL_WARMUP:
+            from ..evaluate import EvalConfig  # (heavy: only when asked)
+
+            return EvalConfig().warmup_count(n_jobs)
+        return int(rule)
+
+    def env_configs(self, n_jobs: int) -> tuple[EnvConfig, EnvConfig]:
         """The env settings of training episodes and of the validation episode.
 
-        (With ``val_warmup`` ``"eval"`` the validation episode's ``warmup_jobs`` depends
-        on the number of jobs: :func:`trainer.rl.make_spec` sets it.)
+        ``n_jobs``: the jobs of the whole history (training, validation and test
+        periods), which the validation warm-up ``"eval"`` is a share of
+        (:meth:`val_warmup_jobs`).
         """
         common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                            place=self.place, reward=self.reward, fairness=self.fairness,
@@ -236,12 +273,13 @@ class TrainConfig:
                            starvation_order=self.starvation_order)
         return (replace(common, episode_jobs=self.episode_jobs, warm_start=self.warm_start),
                 replace(common, episode_jobs=self.val_jobs,
-                        warmup_jobs=self.val_warmup if isinstance(self.val_warmup, int) else 0))
+                        warmup_jobs=self.val_warmup_jobs(n_jobs)))
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict."""
+        """A JSON-able dict (``val_warmup`` as in effect: :meth:`val_warmup_rule`)."""
         d = asdict(self)
         d["references"] = list(self.references)
+        d["val_warmup"] = self.val_warmup_rule()
         return d
 
     @classmethod

@@ -88,13 +88,13 @@ from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
 from .algorithms import ALGORITHMS, Algorithm, TaskMaker
-from .config import EVAL_WARMUP, VAL_METRICS, AlgoConfig, TrainConfig
+from .config import VAL_METRICS, AlgoConfig, TrainConfig
 from .curves import plot_curves, write_curves
 from .report import deployed_metrics, slurm_metrics
 from .workers import RolloutPool, make_pool
 
 __all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "NoEffectWarning", "TrainResult",
-           "Trainer", "flat_validation", "make_spec", "train", "val_warmup"]
+           "Trainer", "flat_validation", "make_spec", "train"]
 
 #: The bounds ``val_bounds`` reads, most important first (:data:`trainer.bounds.SLURM_BOUNDS`).
 BOUND_KEYS: tuple[str, ...] = tuple(k for k, _ in SLURM_BOUNDS)
@@ -181,12 +181,11 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
                       " index of the users' bounded slowdowns is always 1",
                       NoEffectWarning, stacklevel=2)
     table = window(jobs, 0, n_train + n_val, shift=False)
-    train_cfg, eval_cfg = config.env_configs()
+    train_cfg, eval_cfg = config.env_configs(n)
     # fragmentation samples only feed the episode's result: one per training episode
     train_cfg = replace(train_cfg, episode_jobs=min(config.episode_jobs, n_train),
                         frag_samples=1)
-    eval_cfg = replace(eval_cfg, episode_jobs=min(config.val_jobs or n_val, n_val),
-                       warmup_jobs=val_warmup(config, n))
+    eval_cfg = replace(eval_cfg, episode_jobs=min(config.val_jobs or n_val, n_val))
     incumbent = None
     if config.warm_start:
         pol, opts = BASELINES["slurm"].build(priority, options or SchedulerOptions())
@@ -194,19 +193,6 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
                                     config.seed)
     return EnvSpec(table, cluster, train_cfg, eval_cfg, norm or Normalisation(), n_train,
                    incumbent)
-
-
-def val_warmup(config: TrainConfig, n: int) -> int:
-    """The warm-up jobs of the validation episode of ``n`` jobs (``config.val_warmup``).
-
-    ``"eval"``: as many as :func:`trainer.evaluate.evaluate` replays before the test
-    period of the same jobs (and ``tune-guard`` before each validation window).
-    """
-    if config.val_warmup == EVAL_WARMUP:
-        from ..evaluate import EvalConfig
-
-        return EvalConfig().warmup_count(n)
-    return int(config.val_warmup)
 
 
 @dataclass
