@@ -231,7 +231,7 @@ class TrainConfig:
         _need(self.algo in ALGORITHMS, c, f"algo must be one of {sorted(ALGORITHMS)}")
         bad = [a for a in self.references if a not in AGENTS]
         _need(not bad, c, f"unknown reference agents {bad}: {sorted(AGENTS)}")
-        self.env_configs(0)  # validates the env settings
+        self._env_configs(0)  # validates the env settings (without importing evaluate)
 
     def val_warmup_rule(self) -> int | str:
         """``val_warmup`` in effect.
@@ -264,6 +264,9 @@ class TrainConfig:
         periods), which the validation warm-up ``"eval"`` is a share of
         (:meth:`val_warmup_jobs`).
         """
+        return self._env_configs(self.val_warmup_jobs(n_jobs))
+
+    def _env_configs(self, val_warmup_jobs: int) -> tuple[EnvConfig, EnvConfig]:
         common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                            place=self.place, reward=self.reward, fairness=self.fairness,
                            backlog=self.backlog,
@@ -273,7 +276,7 @@ class TrainConfig:
                            starvation_order=self.starvation_order)
         return (replace(common, episode_jobs=self.episode_jobs, warm_start=self.warm_start),
                 replace(common, episode_jobs=self.val_jobs,
-                        warmup_jobs=self.val_warmup_jobs(n_jobs)))
+                        warmup_jobs=val_warmup_jobs))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``val_warmup`` as in effect: :meth:`val_warmup_rule`)."""
