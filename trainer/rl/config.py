@@ -101,7 +101,7 @@ class TrainConfig:
     (:meth:`val_warmup_rule`). On Lublin's overloaded history 500 warm-up jobs met a
     far emptier queue than the test period's (Slurm's mean bsld on the validation
     period 181 against 828 after evaluate's 1,000), and the deployed choice did not
-    predict the test order; with ``"eval"`` it did, in six runs of six."""
+    predict the test order; with ``"eval"`` it did, in seven runs of seven."""
     max_jobs: int = 64
     """Pending jobs the policy sees at a decision (the env's ``max_jobs``)."""
     place: bool = False
