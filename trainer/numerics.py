@@ -12,10 +12,21 @@ x86-64 CPU of the last decade has: ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY``)
 AVX2 code path (``MKL_CBWR``, MKL's conditional numerical reproducibility) and oneDNN's
 (``ONEDNN_MAX_CPU_ISA``). A variable already set in the environment is kept, and
 ``RLSCHED_NUMERICS=native`` pins nothing (each machine's fastest kernels). Training runs
-on one thread (:func:`trainer.policy.deterministic_torch`), so nothing else depends on
-the machine. The cost was not measurable here: 3 epochs of Lublin imitation took 23.3 s
-pinned and 23.8 s native. :func:`describe` says what was in effect; ``config.json``
-records it next to every output.
+on one thread (:func:`trainer.policy.deterministic_torch`). The cost was not measurable
+here: 3 epochs of Lublin imitation took 23.3 s pinned and 23.8 s native.
+:func:`describe` says what was in effect; ``config.json`` records it next to every
+output, with numpy's version and SIMD targets and the CPU's model name.
+
+NumPy picks its own SIMD kernels too (``NPY_DISABLE_CPU_FEATURES`` turns them off), and
+they differ by machine as well: on an AVX-512 CPU float64 ``exp``, ``log``, ``log1p`` and
+``expm1`` round differently with its AVX-512 kernels than with its AVX2 ones, and
+``argsort``'s default (unstable) sort orders tied keys differently. They are left alone,
+because nothing here depends on them: the simulator, features and trainer sort with
+explicit tie-breaks (``lexsort``, ``kind="stable"``), and the features round float64
+results to float32. Measured on an AVX-512 machine with numpy 2.4.6 (stop 39): the
+Lublin imitation (``--imitate-from seaf``, 3 epochs) and 3 updates of PPO from it gave
+bit-identical weights with numpy's AVX-512 kernels on and off, and with the compiled and
+the Python simulator.
 """
 
 from __future__ import annotations
@@ -73,8 +84,46 @@ def describe() -> dict[str, Any]:
     out: dict[str, Any] = {"mode": mode(), "machine": platform.machine()}
     for key in PORTABLE_ENV:
         out[key] = os.environ.get(key)
+    out["cpu"] = cpu_model()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        out["numpy"] = numpy.__version__
+        out["numpy_simd"] = numpy_simd()
     torch = sys.modules.get("torch")
     if torch is not None:
         out["torch"] = torch.__version__
         out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return out
+
+
+def numpy_simd() -> list[str] | None:
+    """NumPy's SIMD targets in effect (``None``: numpy does not say).
+
+    Those it was built to dispatch that this CPU has and ``NPY_DISABLE_CPU_FEATURES``
+    left on.
+    """
+    import importlib
+
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):  # 2, 1
+        try:
+            umath = importlib.import_module(name)
+        except ImportError:
+            continue
+        dispatch, found = (getattr(umath, "__cpu_dispatch__", None),
+                           getattr(umath, "__cpu_features__", None))
+        if dispatch is not None and found is not None:
+            return [str(t) for t in dispatch if found.get(t)]
+    return None
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name (Linux's ``/proc/cpuinfo``; else what ``platform`` says)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

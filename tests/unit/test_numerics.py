@@ -74,3 +74,41 @@ def test_importing_trainer_first_makes_torch_use_the_avx2_kernels():
     assert native["mode"] == "native" and native["MKL_CBWR"] is None
     plain = _probe({}, "torch")  # torch first: its own choice, which native keeps
     assert native["cpu_capability"] == plain["cpu_capability"]
+
+
+def test_cpu_model_reads_cpuinfo_and_falls_back(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                    "model name\t: AMD EPYC 9654 96-Core Processor\nflags\t: fpu\n\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
+    assert numerics.cpu_model(str(info)) == "AMD EPYC 9654 96-Core Processor"
+    fallback = numerics.cpu_model(str(tmp_path / "absent"))
+    assert fallback == (platform.processor() or "unknown")
+
+
+def test_describe_records_numpys_version_and_simd_targets():
+    import numpy as np
+
+    d = numerics.describe()
+    assert d["numpy"] == np.__version__
+    assert isinstance(d["cpu"], str) and d["cpu"]
+    simd = d["numpy_simd"]
+    assert simd is None or (isinstance(simd, list) and all(isinstance(t, str) for t in simd))
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="numpy's x86 SIMD targets")
+def test_numpy_simd_says_which_targets_the_environment_turned_off():
+    env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+    code = ("import json, numpy, trainer.numerics as n; print(json.dumps(n.numpy_simd()))")
+
+    def probe(extra: dict[str, str]) -> list[str] | None:
+        out = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, cwd=ROOT,
+                             check=True, capture_output=True, text=True, timeout=120)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    on = probe({})
+    if not on:
+        pytest.skip("this numpy dispatches no SIMD target on this CPU")
+    off = probe({"NPY_DISABLE_CPU_FEATURES": " ".join(on)})
+    assert off is not None and not set(on) & set(off)

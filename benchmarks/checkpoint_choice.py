@@ -1,0 +1,294 @@
+"""Which checkpoint of an RL run to deploy: each kept one on validation and on test (a measurement).
+
+    python benchmarks/checkpoint_choice.py RUN [RUN ...] [--heuristics spf,lrf]
+
+RUN is the ``--out`` folder of ``rlsched train rl --keep-checkpoints``: its
+``config.json`` says which history and settings it trained on, ``curves.json`` holds
+every validation's figures and ``checkpoints/update-NNNNN.pt`` the net of each. The
+script replays every kept checkpoint on the run's test period as ``rlsched evaluate``
+does (the same warm-up, behind the guard the run validated with; Slurm and the
+``--heuristics`` behind that same guard, as ``evaluate --guard-heuristics``), and prints
+per run:
+
+- each checkpoint's validation figures (mean bounded slowdown, p99 wait, utilisation and
+  which of Slurm's bounds it kept there, as the run read them) beside its test figures
+  and the issue-5 lines it passes on the test period (``evaluate``'s own reading: bsld
+  30% below Slurm's, below the best heuristic replayed, p99 wait at most 10% above
+  Slurm's, utilisation not lower);
+- the rank correlation (Spearman) of the checkpoints' validation bsld with their test
+  bsld: near +1, the validation window orders them as the test does; near 0 or below,
+  the choice among them is luck;
+- what each rule chooses and what that scores on the test period: the run's own choice
+  (``best.pt``), the lowest validation bsld, and in hindsight the lowest test bsld and
+  the lowest test bsld among the checkpoints passing every line (none: no choice among
+  these weights meets the targets, and only another training can).
+
+and, for several runs, one line each. ``--json FILE`` writes every figure.
+
+It reads a run's own settings; ``--trace FILE`` replaces the trace path it recorded
+(a run trained elsewhere). Nothing here is timed; the replays take about 20 s per
+checkpoint on Lublin (``lublin_256.swf``, 1 core).
+
+Measured at stop 38 (by hand, before this script) and stop 39 with it: see the admin
+guide, "Choosing the checkpoint".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from slurm_plugin.output import table  # noqa: E402
+
+#: The run's own ``train`` settings the test replay takes (as the run validated).
+GUARD_KEYS = ("starvation_limit", "starvation_order", "score_resolution", "rank_all")
+#: The test lines, as :func:`trainer.evaluate.check_targets` names them, and their heads.
+LINES = {"bsld_vs_slurm": "-30%", "bsld_vs_best_heuristic": "<best",
+         "p99_wait": "p99", "utilisation": "util"}
+#: Keys of the run's recorded command that are not the history's (:func:`resolve`).
+_NOT_SIM = ("seed", "out", "json", "policy", "speed_model")
+_UPDATE = re.compile(r"update-(\d+)\.pt$")
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (ties share their mean rank); NaN under 3 pairs."""
+    if len(x) != len(y):
+        raise ValueError("spearman needs two sequences of one length")
+    if len(x) < 3:
+        return math.nan
+
+    def ranks(v: Sequence[float]) -> np.ndarray:
+        a = np.asarray(v, dtype=np.float64)
+        order = np.argsort(a, kind="stable")
+        r = np.empty(a.size, dtype=np.float64)
+        r[order] = np.arange(a.size, dtype=np.float64)
+        for val in np.unique(a):  # ties: their mean rank
+            tie = a == val
+            r[tie] = r[tie].mean()
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+@dataclass
+class Point:
+    """One kept checkpoint: its validation figures (as stored) and its test figures."""
+
+    update: int
+    path: Path
+    val: dict[str, float]
+    test: dict[str, float] = field(default_factory=dict)
+    lines: dict[str, bool | None] = field(default_factory=dict)
+
+    @property
+    def passes_all(self) -> bool:
+        """Every applicable test line passed."""
+        return bool(self.lines) and all(v is not False for v in self.lines.values())
+
+
+@dataclass
+class Run:
+    """A ``train rl --keep-checkpoints`` folder, read."""
+
+    path: Path
+    command: dict[str, Any]
+    train: dict[str, Any]
+    points: list[Point]
+    chosen: int | None
+    slurm_val: dict[str, float]
+
+
+def read_run(path: Path) -> Run:
+    """The run's settings, validation figures and kept checkpoints.
+
+    Raises:
+        SystemExit: With what to do, when the folder is not such a run.
+    """
+    cfg_file, curves_file = path / "config.json", path / "curves.json"
+    for f in (cfg_file, curves_file):
+        if not f.is_file():
+            raise SystemExit(f"{path}: no {f.name}; give the --out folder of a finished"
+                             " 'rlsched train rl' run")
+    cfg = json.loads(cfg_file.read_text())
+    curves = json.loads(curves_file.read_text())
+    val = {int(p["update"]): p for p in curves.get("val", [])}
+    points = []
+    for f in sorted((path / "checkpoints").glob("update-*.pt")):
+        m = _UPDATE.search(f.name)
+        if m and int(m.group(1)) in val:
+            u = int(m.group(1))
+            points.append(Point(u, f, {k: float(v) for k, v in val[u].items()
+                                       if isinstance(v, (int, float))}))
+    if not points:
+        raise SystemExit(f"{path}: no kept checkpoints; train with --keep-checkpoints")
+    best = curves.get("best") or {}
+    return Run(path, cfg.get("command", {}), cfg.get("train", {}), points,
+               int(best["update"]) if "update" in best else None,
+               dict(curves.get("slurm_val") or {}))
+
+
+def replay_test(run: Run, heuristics: Sequence[str], trace: str | None) -> dict[str, Any]:
+    """Replay every checkpoint of ``run`` on its test period; fill in its points."""
+    from trainer.cli import _prepare, resolve
+    from trainer.evaluate import EvalConfig, _util, check_targets, evaluate
+
+    cmd = dict(run.command)
+    if trace is not None:
+        cmd["trace"] = trace
+    if cmd.get("trace") and not Path(cmd["trace"]).is_file():
+        raise SystemExit(f"{cmd['trace']}: the run's trace is not there; give --trace FILE")
+    # (the run's seed is RL's; the replay takes evaluate's default, as the CLI does)
+    sim = resolve(**{**{k: v for k, v in cmd.items() if k not in _NOT_SIM},
+                     "speed_model": run.train.get("speed_model", "none")})
+    prep = _prepare(sim)
+    guard = {k: run.train[k] for k in GUARD_KEYS if k in run.train}
+    cfg = EvalConfig(baselines=("slurm", *heuristics), resamples=0, windows=1,
+                     guard_heuristics=True, **guard)
+    models = {f"u{p.update}": str(p.path) for p in run.points}
+    res = evaluate(prep.jobs, prep.cluster, models, cfg, options=prep.options,
+                   priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed)
+    for p in run.points:
+        m = res.metrics[f"u{p.update}"]
+        p.test = {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
+                  "util": _util(m)}
+        t = check_targets(res.metrics, f"u{p.update}", cfg, locality=False,
+                          heuristics=list(heuristics))
+        p.lines = {c["name"]: c["ok"] for c in t["checks"] if c["name"] in LINES}
+    others = {n: {"bsld_mean": float(res.metrics[n]["bsld"]["mean"]),
+                  "wait_p99": float(res.metrics[n]["wait_s"]["p99"]),
+                  "util": _util(res.metrics[n])} for n in ("slurm", *heuristics)}
+    return {"guard": guard, "baselines": others, "warmup_jobs": res.warmup_jobs}
+
+
+def choices(run: Run) -> dict[str, Point | None]:
+    """What each rule picks among the run's kept checkpoints."""
+    pts = run.points
+    by_update = {p.update: p for p in pts}
+    passing = [p for p in pts if p.passes_all]
+
+    def low(ps: Sequence[Point], key: str, where: str) -> Point | None:
+        return min(ps, key=lambda p: (getattr(p, where)[key], p.update)) if ps else None
+
+    return {"the run's choice (best.pt)": by_update.get(run.chosen) if run.chosen is not None
+            else None,
+            "lowest validation bsld": low(pts, "bsld_mean", "val"),
+            "lowest test bsld (hindsight)": low(pts, "bsld_mean", "test"),
+            "lowest test bsld passing every line (hindsight)":
+                low(passing, "bsld_mean", "test")}
+
+
+def _mark(ok: float | bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "no")
+
+
+def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
+    """Print one run's tables; return its summary."""
+    heur = [n for n in test["baselines"] if n != "slurm"]
+    sl = test["baselines"]["slurm"]
+    print(f"\n{run.path}: {len(run.points)} kept checkpoints; test period after"
+          f" {test['warmup_jobs']:,} warm-up jobs, behind"
+          f" {test['guard'].get('starvation_limit', 0) / 86400:g} d"
+          f" {test['guard'].get('starvation_order', 'age')}")
+    base_rows = [[n, "", "", "", "", f"{f['bsld_mean']:.1f}", f"{f['wait_p99']:,.0f}",
+                  f"{f['util']:.4f}", "", "", "", ""] for n, f in test["baselines"].items()]
+    if run.slurm_val:
+        sv = run.slurm_val
+        base_rows[0][1:4] = [f"{sv['bsld_mean']:.1f}", f"{sv['wait_p99']:,.0f}",
+                             f"{sv['util']:.4f}"]
+    rows = []
+    for p in run.points:
+        kept = "".join(k[0] if p.val.get(f"{k}_ok") else "." for k in ("p99", "bsld", "util"))
+        tag = " *" if p.update == run.chosen else ""
+        rows.append([f"u{p.update}{tag}", f"{p.val.get('bsld_mean', math.nan):.1f}",
+                     f"{p.val.get('wait_p99', math.nan):,.0f}",
+                     f"{p.val.get('util', math.nan):.4f}",
+                     kept if any(f"{k}_ok" in p.val for k in ("p99", "bsld", "util")) else "-",
+                     f"{p.test['bsld_mean']:.1f}", f"{p.test['wait_p99']:,.0f}",
+                     f"{p.test['util']:.4f}", *(_mark(p.lines.get(k)) for k in LINES)])
+    table(["checkpoint", "val bsld", "val p99 (s)", "val util", "val kept", "test bsld",
+           "test p99 (s)", "test util", *LINES.values()], rows + base_rows)
+    print("(* the run's choice; 'val kept': p = p99, b = bsld, u = utilisation bound of"
+          f" Slurm's kept on validation; lines against Slurm and the best of"
+          f" {', '.join(heur) or 'no heuristic'})")
+    rho = spearman([p.val["bsld_mean"] for p in run.points],
+                   [p.test["bsld_mean"] for p in run.points])
+    print("rank correlation of validation bsld with test bsld: "
+          + ("n/a (under 3 checkpoints, or their figures all alike)" if math.isnan(rho)
+             else f"{rho:+.2f}"))
+    picks = choices(run)
+    summary_rows = []
+    for rule, pick in picks.items():
+        if pick is None:
+            summary_rows.append([rule, "none", "", "", "", ""])
+            continue
+        summary_rows.append([rule, f"u{pick.update}", f"{pick.test['bsld_mean']:.1f}",
+                             f"{pick.test['wait_p99']:,.0f}", f"{pick.test['util']:.4f}",
+                             "yes" if pick.passes_all else "no"])
+    table(["rule", "checkpoint", "test bsld", "test p99 (s)", "test util", "every line"],
+          summary_rows)
+    return {"run": str(run.path), "rank_corr": None if math.isnan(rho) else rho,
+            "slurm_test": sl,
+            "baselines_test": test["baselines"], "guard": test["guard"],
+            "warmup_jobs": test["warmup_jobs"],
+            "passing": [p.update for p in run.points if p.passes_all],
+            "choices": {r: None if q is None else q.update for r, q in picks.items()},
+            "points": [{"update": p.update, "val": p.val, "test": p.test, "lines": p.lines}
+                       for p in run.points]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay every kept checkpoint of each run on its test period; print the choices."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="--out folders of train rl runs")
+    ap.add_argument("--heuristics", default="spf,lrf",
+                    help="baselines replayed behind the same guard, comma-separated")
+    ap.add_argument("--trace", default=None, help="the trace, if it moved since training")
+    ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    args = ap.parse_args(argv)
+    heuristics = [h for h in args.heuristics.split(",") if h and h != "slurm"]
+    runs = [read_run(p) for p in args.runs]  # (every folder checked before any replay)
+    out = []
+    for i, run in enumerate(runs):
+        print(f"replaying {len(run.points)} checkpoints of {run.path}"
+              f" ({i + 1}/{len(runs)})...", file=sys.stderr)
+        out.append(report(run, replay_test(run, heuristics, args.trace)))
+    if len(out) > 1:
+        print("\nall runs:")
+        table(["run", "rank corr.", "choice", "its test bsld", "its test util",
+               "best on test", "passing every line"],
+              [[Path(s["run"]).name,
+                "n/a" if s["rank_corr"] is None else f"{s['rank_corr']:+.2f}",
+                *_pick(s, "the run's choice (best.pt)"),
+                _pick(s, "lowest test bsld (hindsight)")[0],
+                ",".join(f"u{u}" for u in s["passing"]) or "none"] for s in out])
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1, default=float))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _pick(s: Mapping[str, Any], rule: str) -> list[str]:
+    u = s["choices"].get(rule)
+    if u is None:
+        return ["none", "", ""]
+    p = next(q for q in s["points"] if q["update"] == u)
+    return [f"u{u}", f"{p['test']['bsld_mean']:.1f}", f"{p['test']['util']:.4f}"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""benchmarks/checkpoint_choice.py: the rank correlation, and a real run's checkpoints replayed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
+LUBLIN = TRACES / "lublin_256.swf"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("checkpoint_choice",
+                                                  ROOT / "benchmarks" / "checkpoint_choice.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # (its dataclasses look their module up)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_spearman_reads_ranks_with_ties_sharing_their_mean():
+    cc = _module()
+    assert cc.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert cc.spearman([1, 2, 3, 4], [9, 3, 2, 1]) == pytest.approx(-1.0)
+    assert cc.spearman([1, 2, 3, 4], [1, 100, 2, 3]) == pytest.approx(0.4)  # ranks only
+    # ties: x ranks (0, 1.5, 1.5, 3) against y (0, 1, 2, 3)
+    assert cc.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833, abs=1e-6)
+    assert math.isnan(cc.spearman([1, 2], [2, 1]))  # too few pairs
+    assert math.isnan(cc.spearman([1, 1, 1], [1, 2, 3]))  # one rank: no order
+    with pytest.raises(ValueError):
+        cc.spearman([1, 2, 3], [1, 2])
+
+
+def test_a_folder_that_is_no_run_says_what_to_give(tmp_path):
+    cc = _module()
+    with pytest.raises(SystemExit, match="no config.json; give the --out folder"):
+        cc.read_run(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "curves.json").write_text(json.dumps({"val": [{"update": 0}]}))
+    with pytest.raises(SystemExit, match="train with --keep-checkpoints"):
+        cc.read_run(tmp_path)
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, capsys):
+    from click.testing import CliRunner
+
+    from slurm_plugin.cli import main as cli
+    from trainer.cli import _prepare, resolve
+    from trainer.evaluate import EvalConfig, evaluate
+
+    cc = _module()
+    run = tmp_path / "run"
+    res = CliRunner().invoke(cli, [
+        "train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(run),
+        "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs", "16",
+        "--budget", "2u", "--eval-every", "1", "--algo-opt", "episodes=2",
+        "--val-deployed", "--val-bounds", "--keep-checkpoints", "--starvation-limit",
+        "86400", "--starvation-order", "policy", "--no-progress"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    out_json = tmp_path / "choice.json"
+    assert cc.main([str(run), str(run), "--heuristics", "spf", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "rank correlation of validation bsld with test bsld:" in text
+    assert "behind 1 d policy" in text  # the run's own guard
+    assert "all runs:" in text  # two runs given (the same one twice)
+    summary = json.loads(out_json.read_text())
+    assert len(summary) == 2 and summary[0]["points"] == summary[1]["points"]  # replays repeat
+    s = summary[0]
+    assert [p["update"] for p in s["points"]] == [0, 1, 2]
+    curves = json.loads((run / "curves.json").read_text())
+    assert s["choices"]["the run's choice (best.pt)"] == curves["best"]["update"]
+    for p, v in zip(s["points"], curves["val"], strict=True):  # validation as the run read it
+        assert p["val"]["bsld_mean"] == pytest.approx(v["bsld_mean"])
+    # each checkpoint's test figures are rlsched evaluate's for it, behind the same guard
+    last = run / "checkpoints" / "update-00002.pt"
+    prep = _prepare(resolve(trace=str(LUBLIN), limit=400))
+    ev = evaluate(prep.jobs, prep.cluster, {"net": str(last)},
+                  EvalConfig(baselines=("slurm", "spf"), resamples=0, windows=1,
+                             guard_heuristics=True, starvation_limit=86400,
+                             starvation_order="policy"),
+                  options=prep.options, priority=prep.priority)
+    assert s["points"][2]["test"]["bsld_mean"] == pytest.approx(
+        float(ev.metrics["net"]["bsld"]["mean"]))
+    assert s["slurm_test"]["bsld_mean"] == pytest.approx(float(ev.metrics["slurm"]["bsld"]["mean"]))
+    lowest = min(s["points"], key=lambda p: (p["test"]["bsld_mean"], p["update"]))
+    assert s["choices"]["lowest test bsld (hindsight)"] == lowest["update"]
+    passing = [p["update"] for p in s["points"] if all(v is not False for v in p["lines"].values())]
+    assert s["passing"] == passing
