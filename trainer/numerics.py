@@ -117,13 +117,26 @@ def numpy_simd() -> list[str] | None:
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name (Linux's ``/proc/cpuinfo``; else what ``platform`` says)."""
+    """The CPU's model name, family and model (Linux's ``/proc/cpuinfo``).
+
+    A virtual machine may show a bare name ("AMD EPYC") for several generations; the
+    family and model numbers tell them apart. Without ``/proc/cpuinfo``: what
+    ``platform`` says.
+    """
+    seen: dict[str, str] = {}
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
+                if not line.strip():
+                    if seen:
+                        break  # the first processor's block is enough
+                    continue
                 key, sep, value = line.partition(":")
-                if sep and key.strip() == "model name":
-                    return value.strip()
+                if sep and key.strip() in ("model name", "cpu family", "model"):
+                    seen.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = seen.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in seen and "model" in seen:
+        return f"{name} (family {seen['cpu family']}, model {seen['model']})"
+    return name

@@ -78,10 +78,12 @@ def test_importing_trainer_first_makes_torch_use_the_avx2_kernels():
 
 def test_cpu_model_reads_cpuinfo_and_falls_back(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
-                    "model name\t: AMD EPYC 9654 96-Core Processor\nflags\t: fpu\n\n"
-                    "processor\t: 1\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
-    assert numerics.cpu_model(str(info)) == "AMD EPYC 9654 96-Core Processor"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n"
+                    "model\t\t: 17\nmodel name\t: AMD EPYC\nflags\t: fpu\n\n"
+                    "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: other\n")
+    assert numerics.cpu_model(str(info)) == "AMD EPYC (family 25, model 17)"  # the first CPU
+    info.write_text("processor\t: 0\nmodel name\t: ARMv8 Processor\n")
+    assert numerics.cpu_model(str(info)) == "ARMv8 Processor"
     fallback = numerics.cpu_model(str(tmp_path / "absent"))
     assert fallback == (platform.processor() or "unknown")
 
