@@ -168,16 +168,16 @@ def replay_test(run: Run, heuristics: Sequence[str], trace: str | None) -> dict[
     models = {f"u{p.update}": str(p.path) for p in run.points}
     res = evaluate(prep.jobs, prep.cluster, models, cfg, options=prep.options,
                    priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed)
+    def figures(m: Mapping[str, Any]) -> dict[str, float]:  # (the keys validation uses)
+        return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
+                "util": _util(m)}
+
     for p in run.points:
-        m = res.metrics[f"u{p.update}"]
-        p.test = {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
-                  "util": _util(m)}
+        p.test = figures(res.metrics[f"u{p.update}"])
         t = check_targets(res.metrics, f"u{p.update}", cfg, locality=False,
                           heuristics=list(heuristics))
         p.lines = {c["name"]: c["ok"] for c in t["checks"] if c["name"] in LINES}
-    others = {n: {"bsld_mean": float(res.metrics[n]["bsld"]["mean"]),
-                  "wait_p99": float(res.metrics[n]["wait_s"]["p99"]),
-                  "util": _util(res.metrics[n])} for n in ("slurm", *heuristics)}
+    others = {n: figures(res.metrics[n]) for n in ("slurm", *heuristics)}
     return {"guard": guard, "baselines": others, "warmup_jobs": res.warmup_jobs}
 
 
