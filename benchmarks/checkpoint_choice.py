@@ -19,7 +19,9 @@ per run:
   bsld: near +1, the validation window orders them as the test does; near 0 or below,
   the choice among them is luck;
 - what each rule chooses and what that scores on the test period: the run's own choice
-  (``best.pt``), the lowest validation bsld, and in hindsight the lowest test bsld and
+  (``best.pt``), the lowest validation bsld or p99 wait (alone, or among the checkpoints
+  keeping the most of Slurm's bounds, as ``--val-bounds`` orders them with
+  ``--val-metric bsld_mean`` or ``wait_p99``), and in hindsight the lowest test bsld and
   the lowest test bsld among the checkpoints passing every line (none: no choice among
   these weights meets the targets, and only another training can).
 
@@ -190,9 +192,20 @@ def choices(run: Run) -> dict[str, Point | None]:
     def low(ps: Sequence[Point], key: str, where: str) -> Point | None:
         return min(ps, key=lambda p: (getattr(p, where)[key], p.update)) if ps else None
 
+    def kept_then_low(key: str) -> Point | None:
+        # --val-bounds' order (Trainer._beats): more of Slurm's bounds kept first, in
+        # BOUND_KEYS' order, then the lower figure, then the earlier update
+        from trainer.rl.trainer import _kept
+
+        return min(pts, key=lambda p: (tuple(-k for k in _kept(p.val) or ()),
+                                       p.val[key], p.update)) if pts else None
+
     return {"the run's choice (best.pt)": by_update.get(run.chosen) if run.chosen is not None
             else None,
             "lowest validation bsld": low(pts, "bsld_mean", "val"),
+            "bounds kept, then lowest validation bsld": kept_then_low("bsld_mean"),
+            "lowest validation p99 wait": low(pts, "wait_p99", "val"),
+            "bounds kept, then lowest validation p99 wait": kept_then_low("wait_p99"),
             "lowest test bsld (hindsight)": low(pts, "bsld_mean", "test"),
             "lowest test bsld passing every line (hindsight)":
                 low(passing, "bsld_mean", "test")}
@@ -276,10 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(out) > 1:
         print("\nall runs:")
         table(["run", "rank corr.", "choice", "its test bsld", "its test util",
+               "lowest val p99", "its test bsld", "its test util",
                "best on test", "passing every line"],
               [[Path(s["run"]).name,
                 "n/a" if s["rank_corr"] is None else f"{s['rank_corr']:+.2f}",
                 *_pick(s, "the run's choice (best.pt)"),
+                *_pick(s, "lowest validation p99 wait"),
                 _pick(s, "lowest test bsld (hindsight)")[0],
                 ",".join(f"u{u}" for u in s["passing"]) or "none"] for s in out])
     if args.json is not None:

@@ -197,6 +197,9 @@ def parse_budget(text: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- options
 #: ``--speed-model`` (the names of :data:`trainer.sim.speed.SPEED_MODELS`, not imported here)
 _SPEED_MODEL = click.Choice(["none", "locality", "bandwidth"])
+#: ``--val-metric`` (the keys of :data:`trainer.rl.config.VAL_METRICS`, not imported here)
+_VAL_METRIC = click.Choice(["bsld_mean", "wait_mean", "wait_p99", "jct_mean",
+                            "effectiveness_mean", "jain_bsld", "reward_sum"])
 
 
 def _warmup_jobs(value: Any) -> int | str:
@@ -267,6 +270,10 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--val-deployed", "val_deployed", None,
      "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, EASY"
      " backfill, in the batch engine) instead of greedy in the env."),
+    ("--val-metric", "val_metric", _VAL_METRIC,
+     "The validation figure that picks the best checkpoint (default bsld_mean; with"
+     " --val-bounds, among checkpoints keeping the same bounds). wait_p99 picks the"
+     " lowest 99th percentile wait; reward_sum needs the greedy validation."),
     ("--val-bounds", "val_bounds", None,
      "With --val-deployed: a checkpoint that keeps Slurm's bounds on the validation window"
      " beats one that does not, in the order tune-guard keeps them: p99 wait at most 10%"

@@ -585,6 +585,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             "jobs": float(res.jobs.n - w),
             "bsld_mean": float(pj["bsld"].mean()),
             "wait_mean": float(pj["wait"].mean()),
+            "wait_p99": metrics.summary(pj["wait"])["p99"],
             "jct_mean": float(pj["jct"].mean()),
             "effectiveness_mean": float(pj["effectiveness"].mean()),
             "jain_bsld": self.stepper.fairness(),

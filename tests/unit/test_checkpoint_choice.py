@@ -39,6 +39,35 @@ def test_spearman_reads_ranks_with_ties_sharing_their_mean():
         cc.spearman([1, 2, 3], [1, 2])
 
 
+def test_the_rules_choose_as_their_names_say():
+    cc = _module()
+
+    def pt(update, bsld, p99, kept, test_bsld, passes=False):
+        val = {"bsld_mean": bsld, "wait_p99": p99,
+               **dict(zip(("p99_ok", "bsld_ok", "util_ok"), map(float, kept), strict=True))}
+        return cc.Point(update, Path(f"u{update}.pt"), val, {"bsld_mean": test_bsld},
+                        {"bsld_vs_slurm": passes})
+
+    pts = [pt(0, 300.0, 9000.0, (1, 1, 1), 290.0),
+           pt(5, 250.0, 7000.0, (1, 1, 0), 240.0),   # lowest p99 and bsld, loses utilisation
+           pt(10, 260.0, 8000.0, (1, 1, 1), 230.0, passes=True),
+           pt(15, 260.0, 8000.0, (1, 1, 1), 235.0),  # ties u10 on validation: the earlier wins
+           pt(20, 400.0, 9500.0, (0, 1, 1), 220.0)]
+    run = cc.Run(Path("r"), {}, {}, pts, 10, {})
+    got = {rule: (None if q is None else q.update) for rule, q in cc.choices(run).items()}
+    assert got == {"the run's choice (best.pt)": 10,
+                   "lowest validation bsld": 5,
+                   "bounds kept, then lowest validation bsld": 10,
+                   "lowest validation p99 wait": 5,
+                   "bounds kept, then lowest validation p99 wait": 10,
+                   "lowest test bsld (hindsight)": 20,
+                   "lowest test bsld passing every line (hindsight)": 10}
+    pts[0].val["wait_p99"] = 7500.0  # keeps every bound and now the lowest p99 among them
+    got = cc.choices(run)
+    assert got["bounds kept, then lowest validation p99 wait"].update == 0
+    assert got["bounds kept, then lowest validation bsld"].update == 10
+
+
 def test_a_folder_that_is_no_run_says_what_to_give(tmp_path):
     cc = _module()
     with pytest.raises(SystemExit, match="no config.json; give the --out folder"):
@@ -78,6 +107,8 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
     assert [p["update"] for p in s["points"]] == [0, 1, 2]
     curves = json.loads((run / "curves.json").read_text())
     assert s["choices"]["the run's choice (best.pt)"] == curves["best"]["update"]
+    # the run validated with --val-bounds and the default metric: the offline rule agrees
+    assert s["choices"]["bounds kept, then lowest validation bsld"] == curves["best"]["update"]
     for p, v in zip(s["points"], curves["val"], strict=True):  # validation as the run read it
         assert p["val"]["bsld_mean"] == pytest.approx(v["bsld_mean"])
     # each checkpoint's test figures are rlsched evaluate's for it, behind the same guard

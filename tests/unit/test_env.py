@@ -274,6 +274,8 @@ def test_earliest_fitting_agent_on_a_hand_computed_case():
     # bsld 1, 10.9, 1
     assert sum(rewards) == pytest.approx(-12.9)
     assert info["episode_metrics"]["bsld_mean"] == pytest.approx(12.9 / 3)
+    # waits 0, 99, 0: the 99th percentile interpolates 98% of the way from 0 to 99
+    assert info["episode_metrics"]["wait_p99"] == pytest.approx(0.98 * 99)
 
 
 def _guarded_run(limit: float, order: str = "age"):

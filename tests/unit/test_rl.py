@@ -380,7 +380,7 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
     vals = res.curves["val"]
     assert [p["update"] for p in vals] == [0, 2]
-    assert all("wait_p99" in p for p in vals)  # engine metrics, not the env's
+    assert all("util" in p for p in vals)  # engine metrics, not the env's
     best = min(vals, key=lambda p: p["bsld_mean"])
     assert res.best["bsld_mean"] == best["bsld_mean"]
     again = deployed_metrics(spec, res.best_net, seed=cfg.seed,
@@ -407,6 +407,26 @@ def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     assert pol["jobs"] == 48
     with pytest.raises(ValueError, match="reward_sum"):
         TrainConfig(val_deployed=True, val_metric="reward_sum")
+
+
+def test_the_p99_wait_can_pick_the_checkpoint(tmp_path):
+    from trainer.policy import load_checkpoint
+
+    spec, cfg = _short(budget_updates=4, budget_steps=None, val_deployed=True,
+                       val_warmup=12, val_metric="wait_p99")
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    vals = res.curves["val"]
+    assert [p["update"] for p in vals] == [0, 2, 4]
+    best = min(vals, key=lambda p: (p["wait_p99"], p["update"]))  # ties: the earliest
+    assert res.best["update"] == best["update"] and res.best["wait_p99"] == best["wait_p99"]
+    assert load_checkpoint(tmp_path / "best.pt").extra["update"] == best["update"]
+    # greedy validation in the env reads it too, the reference agents included
+    spec, cfg = _short(budget_updates=2, budget_steps=None, val_metric="wait_p99")
+    res = train(spec, cfg, PPOConfig(episodes=2))
+    assert all(math.isfinite(p["wait_p99"]) for p in res.curves["val"])
+    assert all("wait_p99" in m for m in res.curves["references"].values())
+    best = min(res.curves["val"], key=lambda p: (p["wait_p99"], p["update"]))
+    assert res.best["update"] == best["update"]
 
 
 def test_deployed_validation_rounds_the_scores_as_the_helper_does(tmp_path):
@@ -797,6 +817,36 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     assert flags["last.pt"] == flags["imitation.pt"]  # kept through the resume
     res = _invoke("train", "rl", *common, "--budget", "2u", "--resume", "--algo", "dqn")
     assert res.exit_code != 0 and "other settings" in res.output
+
+
+def test_val_metric_offers_every_validation_metric():
+    from trainer.cli_train import _VAL_METRIC
+    from trainer.rl.config import VAL_METRICS
+
+    assert sorted(_VAL_METRIC.choices) == sorted(VAL_METRICS)
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
+    out = tmp_path / "run"
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
+                  "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs",
+                  "16", "--budget", "2u", "--eval-every", "1", "--algo-opt", "episodes=2",
+                  "--val-deployed", "--val-metric", "wait_p99")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert json.loads((out / "config.json").read_text())["train"]["val_metric"] == "wait_p99"
+    curves = json.loads((out / "curves.json").read_text())
+    best = min(curves["val"], key=lambda p: (p["wait_p99"], p["update"]))
+    assert curves["best"]["update"] == best["update"]
+    assert f"best validation wait_p99 {best['wait_p99']:.4g} at update {best['update']}" \
+        in res.output
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "bad"), "--budget", "1u", "--val-metric", "wait_p95")
+    assert res.exit_code != 0 and "--val-metric" in res.output
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "bad"), "--budget", "1u", "--val-deployed",
+                  "--val-metric", "reward_sum")
+    assert res.exit_code != 0 and "val_deployed has no reward_sum" in res.output
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")

@@ -50,6 +50,7 @@ GREEDY_WARMUP_JOBS = 500
 VAL_METRICS: dict[str, bool] = {
     "bsld_mean": True,
     "wait_mean": True,
+    "wait_p99": True,
     "jct_mean": True,
     "effectiveness_mean": False,
     "jain_bsld": False,
