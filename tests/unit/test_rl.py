@@ -425,6 +425,7 @@ def test_the_p99_wait_can_pick_the_checkpoint(tmp_path):
     res = train(spec, cfg, PPOConfig(episodes=2))
     assert all(math.isfinite(p["wait_p99"]) for p in res.curves["val"])
     assert all("wait_p99" in m for m in res.curves["references"].values())
+    assert all(math.isfinite(p["wait_p99"]) for p in res.curves["train"])  # plotted too
     best = min(res.curves["val"], key=lambda p: (p["wait_p99"], p["update"]))
     assert res.best["update"] == best["update"]
 

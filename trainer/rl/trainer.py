@@ -390,7 +390,9 @@ class Trainer:
                 point = {"update": updates, "steps": steps, "episodes": episodes,
                          "return_mean": finite_mean([t.ret for t in trajs]),
                          "wall_s": time.perf_counter() - wall0, **stats}
-                for key in ("bsld_mean", "wait_mean", "jct_mean"):
+                # (and the figure that picks the checkpoint, for the curves' left panel)
+                for key in dict.fromkeys(("bsld_mean", "wait_mean", "jct_mean",
+                                          cfg.val_metric)):
                     point[key] = finite_mean([t.metrics.get(key, math.nan) for t in trajs
                                               if t.task.mode != "uniform"])
                 curves["train"].append(point)
