@@ -706,6 +706,10 @@ def test_task_modes_are_checked():
 
 
 # ---------------------------------------------------------------------------- CLI
+#: A small net and short windows, for CLI runs on a 400-job slice of a trace.
+_SMALL_RUN = ("--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs", "16")
+
+
 def _invoke(*args: str):
     return CliRunner().invoke(cli.main, list(args))
 
@@ -831,9 +835,8 @@ def test_val_metric_offers_every_validation_metric():
 def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
     out = tmp_path / "run"
     res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
-                  "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs",
-                  "16", "--budget", "2u", "--eval-every", "1", "--algo-opt", "episodes=2",
-                  "--val-deployed", "--val-metric", "wait_p99")
+                  *_SMALL_RUN, "--budget", "2u", "--eval-every", "1", "--algo-opt",
+                  "episodes=2", "--val-deployed", "--val-metric", "wait_p99")
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert json.loads((out / "config.json").read_text())["train"]["val_metric"] == "wait_p99"
     curves = json.loads((out / "curves.json").read_text())
@@ -841,13 +844,12 @@ def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
     assert curves["best"]["update"] == best["update"]
     assert f"best validation wait_p99 {best['wait_p99']:.4g} at update {best['update']}" \
         in res.output
-    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
-                  str(tmp_path / "bad"), "--budget", "1u", "--val-metric", "wait_p95")
-    assert res.exit_code != 0 and "--val-metric" in res.output
-    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
-                  str(tmp_path / "bad"), "--budget", "1u", "--val-deployed",
-                  "--val-metric", "reward_sum")
-    assert res.exit_code != 0 and "val_deployed has no reward_sum" in res.output
+    for opts, why in ((("--val-metric", "wait_p95"), "--val-metric"),
+                      (("--val-deployed", "--val-metric", "reward_sum"),
+                       "val_deployed has no reward_sum")):
+        res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                      str(tmp_path / "bad"), "--budget", "1u", *opts)
+        assert res.exit_code != 0 and why in res.output
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
@@ -856,8 +858,7 @@ def test_train_rl_with_bounded_validation_says_which_bounds_its_choice_keeps(tmp
 
     out = tmp_path / "run"
     res = _invoke("train", "all", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
-                  "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs",
-                  "16", "--epochs", "1", "--max-decisions", "200", "--budget", "1u",
+                  *_SMALL_RUN, "--epochs", "1", "--max-decisions", "200", "--budget", "1u",
                   "--algo-opt", "episodes=2", "--val-deployed", "--val-bounds",
                   "--fairness", "0.5", "--backlog", "0.25")
     assert res.exit_code == 0, res.output + repr(res.exception)
