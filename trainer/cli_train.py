@@ -293,6 +293,10 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "With --val-deployed or --train-guard: how that guard orders the starving jobs, as"
      " the helper's starvation_order: age (oldest first, default) or policy (the net's"
      " order)."),
+    ("--express-limit", "express_limit", click.FloatRange(min=0),
+     "With --val-deployed or --train-guard: the guard's express lane, as the helper's"
+     " express_limit, seconds: a job whose time limit is at most this goes above every"
+     " other, starving ones included (default 0: none; needs --starvation-order policy)."),
     ("--score-resolution", "score_resolution", click.FloatRange(min=0),
      "With --val-deployed: round the net's scores to multiples of this, as the helper's"
      " score_resolution (jobs scored that close tie, the older first; default 0: exact)."),
@@ -672,8 +676,9 @@ def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
         return (f"mean bsld {m['bsld_mean']:.4g}, p99 wait {m['wait_p99']:,.0f} s,"
                 f" utilisation {m['util']:.4f}")
 
+    lane = (f", express lane {cfg.express_limit / 60:g} min" if cfg.express_limit else "")
     guard = (f"behind the {cfg.starvation_limit / 3600:g} h guard ({cfg.starvation_order}"
-             " order)" if cfg.starvation_limit > 0 else "without a guard")
+             f" order{lane})" if cfg.starvation_limit > 0 else "without a guard")
     from .rl.config import EVAL_WARMUP
 
     warm = f"{warmup_jobs:,} warm-up jobs" + (", as many as evaluate replays"

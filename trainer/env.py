@@ -34,7 +34,11 @@ Starvation guard
     their time limit, before the oldest starving job's shadow time
     (:meth:`~trainer.sim.stepper.Stepper.shadow`): EASY backfill around its
     reservation, conservatively (Slurm also lets jobs run past the shadow time on nodes
-    the reservation does not need). ``job_mask`` and the action mask say the same.
+    the reservation does not need). With ``express_limit`` (``policy`` order), while a
+    visible job whose time limit is at most that fits, those are the legal jobs, before
+    any starving one: the helper's express lane ranks them above every other job (the
+    lane's jobs that do not fit hold no reservation here). ``job_mask`` and the action
+    mask say the same.
 
 Time skips ahead by itself
     Whenever no visible job fits, hold is the only legal action, so the environment
@@ -169,6 +173,10 @@ class EnvConfig:
     starvation_order: str = "age"
     """How the guard orders the starving jobs, as the helper's ``starvation_order``:
     ``age`` (oldest first) or ``policy`` (the agent's choice)."""
+    express_limit: float = 0.0
+    """The guard's express lane, as the helper's ``express_limit`` (seconds; 0: none;
+    ``policy`` order and a guard only): while a visible job whose time limit is at most
+    this fits, the legal jobs are those (module docstring, *Starvation guard*)."""
     warm_start: bool = False
     """Start each episode from the state another replay of the whole table (the
     incumbent scheduler's: :func:`incumbent_times`, given to :class:`SchedEnv`) had
@@ -213,6 +221,11 @@ class EnvConfig:
         need(self.starvation_limit >= 0, "starvation_limit must be >= 0 (0: no guard)")
         need(self.starvation_order in STARVATION_ORDERS,
              f"starvation_order must be one of {sorted(STARVATION_ORDERS)}")
+        need(bool(np.isfinite(self.express_limit)) and self.express_limit >= 0,
+             "express_limit must be >= 0 seconds (0: no express lane)")
+        need(not self.express_limit or (self.starvation_order == "policy"
+                                        and self.starvation_limit > 0),
+             "express_limit needs the guard (starvation_limit > 0) in policy order")
         need(self.invalid_action in ("reject", "raise"),
              "invalid_action must be 'reject' or 'raise'")
 
@@ -442,6 +455,11 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         if cfg.starvation_limit <= 0 or not rows.size:
             return fits
         st = self.stepper
+        if cfg.express_limit > 0:
+            lim = st.jobs.limit[rows]
+            quick: np.ndarray = fits & (lim > 0) & (lim <= cfg.express_limit)
+            if quick.any():
+                return quick
         starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
         if not starving.any():
             return fits

@@ -98,6 +98,7 @@ import numpy as np
 from slurm_plugin.helper.decide import (
     STARVATION_ORDERS,
     SiteFactorRule,
+    check_express_limit,
     check_score_resolution,
     check_starvation_order,
     quantize,
@@ -182,6 +183,11 @@ class EvalConfig:
     """How the guard orders the starving jobs among themselves, as the helper's
     ``starvation_order``: ``age`` (oldest first, the default) or ``policy`` (the
     policy's order) (:data:`slurm_plugin.helper.decide.STARVATION_ORDERS`)."""
+    express_limit: float = 0.0
+    """The helper's express lane on the learned policies (its ``express_limit``;
+    :class:`StarvationGuard`): a job whose time limit is at most this many seconds goes
+    above every other, starving ones included; 0 (default): no lane. Needs the guard
+    (``starvation_limit`` > 0) in ``policy`` order."""
     score_resolution: float = 0.0
     """The learned policies' scores are rounded to multiples of this, as the helper's
     ``score_resolution`` rounds them (:class:`Quantized`): jobs scored that close tie
@@ -195,8 +201,8 @@ class EvalConfig:
     place their jobs as Slurm does (``tree``) unless ``policy_placement`` names another."""
     guard_heuristics: bool = False
     """Replay every baseline but ``slurm`` behind the same starvation guard as the
-    learned policies (``starvation_limit``, ``starvation_order``; and with the same
-    ``switch_wait``), so that "below the
+    learned policies (``starvation_limit``, ``starvation_order``, ``express_limit``;
+    and with the same ``switch_wait``), so that "below the
     best heuristic" compares orders deployed alike: whatever order the helper runs, it
     runs behind its guard. ``slurm`` stays as configured (its age factor is its own
     guard). Default off: the heuristics replay as they are defined."""
@@ -246,6 +252,10 @@ class EvalConfig:
         if self.threads is not None and self.threads < 1:
             raise ValueError("EvalConfig.threads must be >= 1 (or None)")
         check_starvation_order(self.starvation_order)
+        check_express_limit(self.express_limit, self.starvation_order)
+        if self.express_limit > 0 and self.starvation_limit <= 0:
+            raise ValueError("express_limit needs the starvation guard (starvation_limit >"
+                             " 0): the lane is part of it, as in the helper")
         if self.windows < 1 or self.resamples < 0 or self.blocks < 1:
             raise ValueError("EvalConfig: windows >= 1, resamples >= 0, blocks >= 1")
         if not 0 < self.confidence < 1:
@@ -454,17 +464,20 @@ class Quantized(Wrapped):
 
 
 def as_deployed(pol: Policy, *, score_resolution: float = 0.0, starvation_limit: float = 0.0,
-                starvation_order: str = "age", switch_wait: float = 0.0) -> Policy:
+                starvation_order: str = "age", switch_wait: float = 0.0,
+                express_limit: float = 0.0) -> Policy:
     """``pol`` as the helper deploys it: scores rounded, leaf-switch wait, starvation guard.
 
     ``score_resolution`` 0: exact scores; ``switch_wait`` 0: no wait (:class:`SwitchWait`);
-    ``starvation_limit`` 0: no guard.
+    ``starvation_limit`` 0: no guard; ``express_limit`` 0: no express lane in it.
     """
     out = Quantized(pol, score_resolution) if score_resolution > 0 else pol
     if switch_wait > 0:
         out = SwitchWait(out, switch_wait)
     if starvation_limit > 0:
-        out = StarvationGuard(out, starvation_limit, starvation_order)
+        out = StarvationGuard(out, starvation_limit, starvation_order, express_limit)
+    elif express_limit > 0:
+        raise ValueError("an express lane needs the starvation guard (starvation_limit > 0)")
     return out
 
 
@@ -481,18 +494,28 @@ class StarvationGuard(Wrapped):
     helper re-ranks every cycle (the offset keeps starving jobs above the jobs that
     arrive in between, which the engine scores alone).
 
+    With ``express`` > 0 (the helper's ``express_limit``, ``policy`` order only), a job
+    whose time limit is at most that many seconds scores above even the starving ones,
+    (:data:`STARVING` twice plus its rank among them by the guarded score, so starving
+    express jobs first), as :func:`slurm_plugin.helper.decide.targets` lifts them.
+
     Args:
         inner: The policy whose order is guarded.
         limit: Seconds of waiting after which a job goes first.
         order: ``age`` or ``policy``
             (:data:`slurm_plugin.helper.decide.STARVATION_ORDERS`).
+        express: Seconds of time limit up to which a job goes above every other; 0: no
+            express lane.
     """
 
-    def __init__(self, inner: Policy, limit: float, order: str = "age") -> None:
+    def __init__(self, inner: Policy, limit: float, order: str = "age",
+                 express: float = 0.0) -> None:
         check_starvation_order(order)
+        check_express_limit(express, order)
         super().__init__(inner)
         self.limit = float(limit)
         self.order = order
+        self.express = float(express)
         self.dynamic = True
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
@@ -508,6 +531,14 @@ class StarvationGuard(Wrapped):
                 out[starving] = STARVING + rank
             else:
                 out = np.where(starving, STARVING + waited, out)
+        if self.express > 0:
+            lim = jobs.limit[idx]
+            short = (lim > 0) & (lim <= self.express)
+            if short.any():
+                guarded = out[short]
+                out = out.copy()
+                out[short] = 2 * STARVING + np.searchsorted(np.sort(guarded), guarded,
+                                                            side="left")
         return out
 
 
@@ -583,7 +614,8 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
                 placement: str = "policy", rank_all: bool = True,
                 settings: PrioritySettings | None = None,
                 starvation_limit: float = 0.0, starvation_order: str = "age",
-                score_resolution: float = 0.0, switch_wait: float = 0.0) -> Policy:
+                score_resolution: float = 0.0, switch_wait: float = 0.0,
+                express_limit: float = 0.0) -> Policy:
     """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
 
     Args:
@@ -599,6 +631,7 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         starvation_limit: Seconds of waiting after which a job goes first
             (:class:`StarvationGuard`); 0: no guard.
         starvation_order: How the guard orders the starving jobs (``age``, ``policy``).
+        express_limit: The guard's express lane (:class:`StarvationGuard`); 0: none.
         score_resolution: The scores are rounded to multiples of this first
             (:class:`Quantized`, the helper's ``score_resolution``); 0: exact.
         switch_wait: Seconds a multi-node job waits for one leaf switch
@@ -635,7 +668,7 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
     out: Policy = pol if placement == "policy" else FixedPlacement(pol, placement)
     return as_deployed(out, score_resolution=score_resolution,
                        starvation_limit=starvation_limit, starvation_order=starvation_order,
-                       switch_wait=switch_wait)
+                       switch_wait=switch_wait, express_limit=express_limit)
 
 
 # ---------------------------------------------------------------------------- targets
@@ -1205,7 +1238,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                                starvation_limit=cfg.starvation_limit,
                                starvation_order=cfg.starvation_order,
                                score_resolution=cfg.score_resolution,
-                               switch_wait=cfg.switch_wait), opts
+                               switch_wait=cfg.switch_wait,
+                               express_limit=cfg.express_limit), opts
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
@@ -1215,19 +1249,21 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             if cfg.guard_heuristics and name != SLURM:
                 pol = as_deployed(pol, starvation_limit=cfg.starvation_limit,
                                   starvation_order=cfg.starvation_order,
-                                  switch_wait=cfg.switch_wait)
+                                  switch_wait=cfg.switch_wait,
+                                  express_limit=cfg.express_limit)
             return pol, o
         runs.append((name, baseline))
 
     results: dict[str, SimResult] = {}
     ms: dict[str, dict[str, Any]] = {}
-    guard: dict[str, tuple[float, str]] = {}  # each model's guard as it ran (limit 0: none)
+    guard: dict[str, tuple[float, str, float]] = {}  # each model's guard as it ran (limit 0:
+    # none), with its express lane
     make = dict(runs)
     with _progress([n for n, _ in runs], progress) as bar:
         for name in bar:
             pol, o = make[name]()
-            guard[name] = ((pol.limit, pol.order) if isinstance(pol, StarvationGuard)
-                           else (0.0, ""))
+            guard[name] = ((pol.limit, pol.order, pol.express)
+                           if isinstance(pol, StarvationGuard) else (0.0, "", 0.0))
             sim = Simulator(table, cluster, pol, o, eng)
             follow = follower(pol)
             if follow is not None and name in models and not isinstance(models[name],
@@ -1246,7 +1282,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     targets = (check_targets(ms, first, cfg, locality=locality)  # (the seed baselines run)
                if first is not None else None)
     if targets is not None and first is not None:  # how the checked model ran
-        targets["starvation_limit"], targets["starvation_order"] = guard[first]
+        (targets["starvation_limit"], targets["starvation_order"],
+         targets["express_limit"]) = guard[first]
         targets["heuristics_guarded"] = any(guard[n][0] > 0 for n in ms if n not in models)
         targets["score_resolution"] = cfg.score_resolution
         targets["switch_wait"] = cfg.switch_wait
@@ -1347,10 +1384,13 @@ def guard_setup(targets: Mapping[str, Any]) -> str:
         return f"{targets['policy']}{rounded} without a starvation guard"
     order = targets.get("starvation_order") or "age"
     days = f"{limit / 86400:g} day{'' if limit == 86400 else 's'}"
+    express = targets.get("express_limit") or 0.0
+    lane = (f", jobs of at most {express / 60:g} min above them (express lane)" if express
+            else "")
     others = ("the other baselines behind the same guard, slurm as configured"
               if targets.get("heuristics_guarded") else "baselines unguarded")
     return (f"{targets['policy']}{rounded} behind the helper's starvation guard at {days},"
-            f" starving jobs in {order} order, {others}")
+            f" starving jobs in {order} order{lane}, {others}")
 
 
 def print_targets(targets: Mapping[str, Any] | None) -> None:
@@ -1434,6 +1474,12 @@ def _eval_options(fn: Any) -> Any:
                      help="How the guard orders the starving jobs among themselves, as the"
                           " helper's starvation_order: age (oldest first, default) or"
                           " policy (the model's order)."),
+        click.option("--express-limit", type=click.FloatRange(0),
+                     help="The guard's express lane, as the helper's express_limit, in"
+                          " seconds: a job whose time limit is at most this goes above"
+                          " every other, starving ones included (default 0: none; needs"
+                          " --starvation-order policy; --guard-heuristics gives the"
+                          " baselines the same lane)."),
         click.option("--score-resolution", type=click.FloatRange(0),
                      help="Round the models' scores to multiples of this, as the helper's"
                           " score_resolution: jobs scored that close tie and the older"
@@ -1483,7 +1529,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      starvation_limit: float | None, starvation_order: str | None,
                      guard_heuristics: bool | None, score_resolution: float | None,
                      switch_wait: float | None, windows: int | None, resamples: int | None,
-                     baselines: str | None, **kwargs: Any) -> None:
+                     baselines: str | None, express_limit: float | None = None,
+                     **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
@@ -1505,6 +1552,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                             "locality_targets": locality_targets, "rank_all": rank_all,
                             "starvation_limit": starvation_limit,
                             "starvation_order": starvation_order,
+                            "express_limit": express_limit,
                             "guard_heuristics": guard_heuristics,
                             "score_resolution": score_resolution,
                             "switch_wait": switch_wait, "windows": windows,

@@ -72,6 +72,7 @@ import click
 from slurm_plugin.helper.decide import (
     STARVATION_ORDERS,
     SiteFactorRule,
+    check_express_limit,
     check_score_resolution,
     check_starvation_order,
 )
@@ -136,24 +137,34 @@ class GuardSetting:
     """One guard: the helper's ``starvation_limit`` (seconds; 0: no guard) and order.
 
     ``resolution``: the model's scores rounded to multiples of it (the helper's
-    ``score_resolution``; 0: exact).
+    ``score_resolution``; 0: exact). ``express``: the guard's express lane (the
+    helper's ``express_limit``, seconds; 0: none; ``policy`` order only).
     """
 
     limit: float
     order: str = "age"
     resolution: float = 0.0
+    express: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.limit >= 0 and math.isfinite(self.limit)):
             raise ValueError(f"a starvation limit must be >= 0 seconds, not {self.limit}")
         check_starvation_order(self.order)
         check_score_resolution(self.resolution)
+        check_express_limit(self.express, self.order)
+        if self.express and not self.limit:
+            raise ValueError("an express lane needs the starvation guard (a limit > 0)")
 
     @property
     def label(self) -> str:
-        """``2d age``, ``36h policy``, ``none``; ``14d age, r=0.2`` with a resolution."""
+        """``2d age``, ``36h policy``, ``none``; with a resolution or an express lane.
+
+        E.g. ``14d age, r=0.2``, ``2d policy, x=15m``.
+        """
         base = "none" if self.limit == 0 else f"{_span(self.limit)} {self.order}"
-        return f"{base}, r={self.resolution:g}" if self.resolution else base
+        if self.resolution:
+            base += f", r={self.resolution:g}"
+        return f"{base}, x={_span(self.express)}" if self.express else base
 
 
 def _seconds(x: float) -> str:
@@ -170,9 +181,14 @@ def _span(seconds: float) -> str:
 
 def grid(limits: Sequence[float] = DEFAULT_LIMITS,
          orders: Sequence[str] = DEFAULT_ORDERS,
-         resolutions: Sequence[float] = (0.0,)) -> list[GuardSetting]:
-    """The settings a sweep tries: every limit in every order (limit first), per resolution."""
-    return [GuardSetting(x, o, r) for r in resolutions for x in limits for o in orders]
+         resolutions: Sequence[float] = (0.0,),
+         expresses: Sequence[float] = (0.0,)) -> list[GuardSetting]:
+    """The settings a sweep tries: every limit in every order (limit first).
+
+    Per resolution and per express lane; a lane only in ``policy`` order, which it needs.
+    """
+    return [GuardSetting(x, o, r, e) for e in expresses for r in resolutions for x in limits
+            for o in orders if not (e and o != "policy")]
 
 
 def _resolution(t: str) -> float:
@@ -188,6 +204,23 @@ def _resolution(t: str) -> float:
 def parse_resolutions(text: str) -> tuple[float, ...]:
     """``0,0.2`` as score resolutions, in the order given (click.BadParameter: not ones)."""
     return tuple(dict.fromkeys(_resolution(t) for t in _items(text, "0,0.2")))
+
+
+def parse_expresses(text: str) -> tuple[float, ...]:
+    """``0,15m,1800`` as express lanes in seconds (0: none), in the order given.
+
+    Raises:
+        click.BadParameter: On an empty list or an item that is no span.
+    """
+    out = []
+    for t in _items(text, "0,15m"):
+        try:
+            out.append(float(t) if t.replace(".", "", 1).isdigit()
+                       else parse_span(t).total_seconds())
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{exc.message} (seconds, or 15m, 1h...; 0: no lane)"
+                                     ) from None
+    return tuple(dict.fromkeys(out))
 
 
 def parse_limits(text: str) -> tuple[float, ...]:
@@ -256,6 +289,13 @@ class GuardSweep:
                             if r["setting"].limit > 0)
         return tuple(out) or (0.0,)
 
+    @property
+    def expresses(self) -> tuple[float, ...]:
+        """The express lanes the guarded settings were tried with (in row order)."""
+        out = dict.fromkeys(r["setting"].express for r in self.rows
+                            if r["setting"].limit > 0)
+        return tuple(out) or (0.0,)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
         idx, why = self.choice if self.choice is not None else (None, "")
@@ -267,6 +307,7 @@ class GuardSweep:
                 "switch_wait": self.switch_wait,
                 "max_wait_slack": self.max_wait_slack, "util_slack": self.util_slack,
                 "resolutions": list(self.resolutions),
+                "express_limits": list(self.expresses),
                 "trained_behind": (None if self.trained_behind is None else
                                    {"limit": self.trained_behind.limit,
                                     "order": self.trained_behind.order,
@@ -274,6 +315,7 @@ class GuardSweep:
                 "rows": [{**r, "setting": {"limit": r["setting"].limit,
                                            "order": r["setting"].order,
                                            "resolution": r["setting"].resolution,
+                                           "express": r["setting"].express,
                                            "label": r["setting"].label}}
                          for r in self.rows],
                 "choice": None if idx is None else {"row": idx, "why": why,
@@ -282,7 +324,8 @@ class GuardSweep:
     def toml_values(self) -> dict[str, Any]:
         """``starvation_limit``, ``starvation_order`` of the choice (empty: none).
 
-        With its ``score_resolution`` when a resolution other than 0 was tried.
+        With its ``score_resolution`` when a resolution other than 0 was tried, and its
+        ``express_limit`` when an express lane was.
         """
         if self.choice is None:
             return {}
@@ -290,6 +333,8 @@ class GuardSweep:
         out: dict[str, Any] = {"starvation_limit": s.limit, "starvation_order": s.order}
         if any(self.resolutions):
             out["score_resolution"] = s.resolution
+        if any(self.expresses):
+            out["express_limit"] = s.express
         return out
 
 
@@ -420,11 +465,12 @@ def trained_guard(model: str | os.PathLike[str]) -> GuardSetting | None:
     limit = float(train.get("starvation_limit") or 0.0)
     if not train.get("train_guard") or limit <= 0:
         return None
-    return GuardSetting(limit, str(train.get("starvation_order", "age")))
+    return GuardSetting(limit, str(train.get("starvation_order", "age")),
+                        express=float(train.get("express_limit") or 0.0))
 
 
 def _same_guard(a: GuardSetting, b: GuardSetting | None) -> bool:
-    return b is not None and (a.limit, a.order) == (b.limit, b.order)
+    return b is not None and (a.limit, a.order, a.express) == (b.limit, b.order, b.express)
 
 
 def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
@@ -478,7 +524,8 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
         table = window(jobs, 0, b, shift=False)  # (nothing after the period is replayed)
         args += [(table, cluster, str(model),
                   replace(base, starvation_limit=s.limit, starvation_order=s.order,
-                          score_resolution=s.resolution), Split(table.n, a, a), warm,
+                          score_resolution=s.resolution, express_limit=s.express),
+                  Split(table.n, a, a), warm,
                   options, priority, speed_model, seed) for s in todo]
     figures: list[tuple[dict[str, float], dict[str, float]]] = []
     label = ("replaying the validation period" if windows == 1
@@ -660,6 +707,10 @@ def print_sweep(res: GuardSweep) -> None:
         click.echo(f"  score_resolution = {v['score_resolution']:g}")
         if v["score_resolution"]:
             res_opt = f" --score-resolution {v['score_resolution']:g}"
+    if "express_limit" in v:
+        click.echo(f"  express_limit = {v['express_limit']:.1f}")
+        if v["express_limit"]:
+            res_opt += f" --express-limit {_seconds(v['express_limit'])}"
     if res.switch_wait:
         res_opt += f" --switch-wait {_seconds(res.switch_wait)}"
     r = res.rows[res.choice[0]]
@@ -698,7 +749,8 @@ def plot_sweep(res: GuardSweep, path: Path) -> Path | None:
         for r in pts:
             g = r["setting"]
             ax.annotate((_span(g.limit) if g.limit else "none")
-                        + (f" r={g.resolution:g}" if g.resolution else ""),
+                        + (f" r={g.resolution:g}" if g.resolution else "")
+                        + (f" x={_span(g.express)}" if g.express else ""),
                         (r["wait_p99"] / 86400, r["bsld_mean"]), fontsize=8,
                         xytext=(4, 3), textcoords="offset points")
     if res.choice is not None:
@@ -757,6 +809,11 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
               help="Score resolutions to try with every guard, comma-separated (e.g."
                    " 0,0.2): the model's scores rounded to multiples of each, as the"
                    " helper's score_resolution rounds them (0: exact scores).")
+@click.option("--express-limits", default="0", show_default=True,
+              help="Express lanes to try with every policy-order guard, comma-separated"
+                   " (seconds, or 15m, 1h...; e.g. 0,10m,15m): jobs whose time limit is at"
+                   " most this go above every other, starving ones included, as the"
+                   " helper's express_limit (0: none).")
 @click.option("--train", "train_share", type=click.FloatRange(0, 1, min_open=True,
                                                               max_open=True),
               help="Share of the jobs (first by arrival) that trained (default 0.7).")
@@ -779,7 +836,7 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
 @_input_options
 def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: float,
                max_wait_slack: float | None, util_slack: float, resolutions: str,
-               train_share: float | None,
+               express_limits: str, train_share: float | None,
                val_share: float | None, warmup: float | None, windows: int | None,
                switch_wait: float | None, json_: bool | None, **kwargs: Any) -> None:
     """Choose the helper's starvation guard on your own history.
@@ -800,11 +857,15 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     """
     lim = parse_limits(limits)
     rs = parse_resolutions(resolutions)
+    xs = parse_expresses(express_limits)
     ords = [o.strip() for o in orders.split(",") if o.strip()]
     bad = [o for o in ords if o not in STARVATION_ORDERS]
     if not ords or bad:
         raise click.BadParameter(f"{', '.join(bad) or 'none given'}: use age and/or policy",
                                  param_hint="--orders")
+    if any(xs) and "policy" not in ords:
+        raise click.BadParameter("an express lane needs the policy order: add policy to"
+                                 " --orders", param_hint="--express-limits")
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
                             "switch_wait": switch_wait}
@@ -814,7 +875,7 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     prep = _prepare(sim)
-    settings = grid(lim, ords, rs)
+    settings = grid(lim, ords, rs, xs)
     if windows is None:
         windows = default_windows(prep.jobs.n, cfg)
         if windows < DEFAULT_WINDOWS and not sim.json:

@@ -26,6 +26,7 @@ from .decide import (
     MAPPINGS,
     STARVATION_ORDERS,
     SiteFactorRule,
+    check_express_limit,
     check_score_resolution,
     check_starvation_order,
 )
@@ -139,6 +140,13 @@ class HelperConfig:
                                  " model's order: less loss on a loaded machine, longer"
                                  " longest waits; 'rank' mapping only).",
                                  choices=STARVATION_ORDERS)
+    express_limit: float = _key(0.0, "An express lane: a pending job whose time limit is"
+                                " at most this (seconds) goes above every other job,"
+                                " starving ones included, so that short jobs need not"
+                                " wait behind the wide starving jobs the guard releases"
+                                " back to back (0: off; needs starvation_order ="
+                                " \"policy\"). Try it on your history with 'rlsched"
+                                " evaluate MODEL --express-limit 900 ...'.", kind="duration")
     score_resolution: float = _key(0.0, "Scores closer than this (in logits) are equals:"
                                    " the scores are rounded to multiples of it and"
                                    " Slurm's own factors (age first) order the jobs that"
@@ -193,7 +201,7 @@ class HelperConfig:
             logit_scale=self.logit_scale, logit_center=self.logit_center,
             hysteresis=self.hysteresis, starvation_limit=self.starvation_limit,
             max_changes=self.max_changes, starvation_order=self.starvation_order,
-            score_resolution=self.score_resolution)
+            score_resolution=self.score_resolution, express_limit=self.express_limit)
 
     def validate(self) -> HelperConfig:
         """Check every value; return ``self``.
@@ -227,6 +235,7 @@ class HelperConfig:
             raise ConfigError(f"metrics_port must be at most 65535 (got {self.metrics_port})")
         try:
             check_starvation_order(self.starvation_order, self.mapping)
+            check_express_limit(self.express_limit, self.starvation_order)
             check_score_resolution(self.score_resolution)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None

@@ -419,11 +419,12 @@ class Helper:
             t3 = time.perf_counter()
             waited = np.maximum(now - jobs_raw.eligible, 0).astype(np.float64)
             order = decide.policy_order(scores, jobs_raw.eligible, jobs_raw.job_id)
-            values, starving = decide.targets(scores, waited, rule)
+            values, lifted = decide.targets(scores, waited, rule, jobs_raw.limit)
             current = np.array([self._current(sec, pending[i], enforce)
                                 for i in range(len(pending))], dtype=np.int64)
             site, rep.deferred = decide.plan_site_factors(
-                jobs_raw.job_id, values, starving, current, order, rule)
+                jobs_raw.job_id, values, lifted, current, order, rule,
+                decide.express_jobs(jobs_raw.limit, rule))
             changes += [Change(c.job_id, "site_factor", c.old, c.new, c.reason) for c in site]
             if cfg.steering == "reqnodes" and cfg.steer_jobs > 0 and self._head_steers(model):
                 changes += self._steer(obs, scorer, jobs_raw, nodes_raw, names, pending,

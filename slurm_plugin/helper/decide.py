@@ -45,10 +45,25 @@ says. How the starving jobs are ordered among themselves is ``starvation_order``
   against 4.1 days; Slurm's own 4.0), as a long job keeps yielding to shorter starving
   ones.
 
+**Express lane.** With ``express_limit`` > 0, a job whose time limit is known and at
+most that many seconds goes above every other job, starving ones included; express jobs
+keep the policy's order among themselves (starving ones first), and it needs
+``starvation_order = "policy"`` (``age`` puts the starving jobs at ``hi``, and Slurm's
+age factor would put them above a younger express job). On an overloaded machine the
+guard releases starving whole-machine jobs back to back, and every small job that
+arrives meanwhile waits behind them; the lane lets the short ones through first, and a
+lifted wide job then waits at most about ``express_limit`` for them to end. Measured in
+the simulator (:class:`trainer.evaluate.StarvationGuard`) on Lublin's test period with
+``seaf``'s order (the imitation net's) behind 2 days ``policy``: mean bounded slowdown
+285 without the lane, 116 with a 10-minute lane and 107 with 15 minutes (Slurm: 676),
+utilisation 0.879 without and 0.877 with either (Slurm's 0.876), p99 wait unchanged
+(104 hours), the longest wait 20.5 and 20.7 days. Default 0 (off).
+
 **Hysteresis.** A new value is written only when it differs from the job's current site
 factor by more than ``hysteresis``, or when a starving job is not yet where it must be
-(``age``: at ``hi``; ``policy``: above every job that is not starving). Changes
-are issued head of the queue first (starving jobs, then the policy's order), at most
+(``age``: at ``hi``; ``policy``: above every job that is not starving or express).
+Changes are issued head of the queue first (express and starving jobs, then the
+policy's order), at most
 ``max_changes`` per cycle; the rest follow in later cycles.
 
 **Steering.** The first ``steer_jobs`` jobs in the policy's order that can start now
@@ -83,6 +98,7 @@ from ..placement import Candidates, candidates, usable_nodes
 __all__ = [
     "MAPPINGS",
     "STARVATION_ORDERS",
+    "check_express_limit",
     "check_score_resolution",
     "check_starvation_order",
     "Choice",
@@ -91,6 +107,7 @@ __all__ = [
     "logit_values",
     "plan_site_factors",
     "policy_order",
+    "express_jobs",
     "quantize",
     "rank_values",
     "leaf_waits",
@@ -121,6 +138,8 @@ class SiteFactorRule:
         max_changes: Site factor changes issued per cycle, at most.
         score_resolution: Scores are rounded to multiples of this before anything else
             (:func:`quantize`); 0: exact.
+        express_limit: Seconds; a job with a known time limit at most this goes above
+            every other job, starving ones included (module docstring); 0: off.
     """
 
     lo: int = 0
@@ -133,6 +152,7 @@ class SiteFactorRule:
     max_changes: int = 500
     starvation_order: str = "age"
     score_resolution: float = 0.0
+    express_limit: float = 0.0
 
     def __post_init__(self) -> None:
         if self.lo >= self.hi:
@@ -141,6 +161,7 @@ class SiteFactorRule:
         if self.mapping not in MAPPINGS:
             raise ValueError(f"unknown mapping {self.mapping!r}: use one of {sorted(MAPPINGS)}")
         check_starvation_order(self.starvation_order, self.mapping)
+        check_express_limit(self.express_limit, self.starvation_order)
 
 
 #: How starving jobs are ordered among themselves (module docstring).
@@ -164,6 +185,34 @@ def check_starvation_order(order: str, mapping: str = "rank") -> None:
         raise ValueError("starvation_order 'policy' needs mapping 'rank' (the 'logit'"
                          " mapping has no room above the band for starving jobs):"
                          " set mapping = \"rank\" or starvation_order = \"age\"")
+
+
+def check_express_limit(limit: float, order: str) -> None:
+    """Raise ``ValueError`` unless ``limit`` fits ``order`` (the starvation order).
+
+    ``limit`` is 0 (no express lane) or a finite number of seconds > 0, which needs
+    ``order`` ``policy`` (module docstring).
+    """
+    if not (np.isfinite(limit) and limit >= 0):
+        raise ValueError(f"express_limit must be a finite number of seconds >= 0 (got {limit})")
+    if limit > 0 and order != "policy":
+        raise ValueError("express_limit needs starvation_order = \"policy\" (with 'age' the"
+                         " starving jobs sit at band_hi, where Slurm's age factor would"
+                         " put them above younger express jobs): set starvation_order ="
+                         " \"policy\" or express_limit = 0")
+
+
+def express_jobs(limits: np.ndarray | None, rule: SiteFactorRule) -> np.ndarray:
+    """Which jobs take the express lane.
+
+    Those with a known time limit (> 0) of at most ``express_limit`` seconds; none when
+    the lane is off or ``limits`` is ``None``.
+    """
+    if limits is None or rule.express_limit <= 0:
+        return np.zeros(0 if limits is None else len(limits), dtype=bool)
+    lim = np.asarray(limits, dtype=np.float64)
+    out: np.ndarray = (lim > 0) & (lim <= rule.express_limit)
+    return out
 
 
 def rank_values(scores: np.ndarray, rule: SiteFactorRule) -> np.ndarray:
@@ -223,21 +272,30 @@ def policy_order(scores: np.ndarray, eligible: np.ndarray, job_ids: np.ndarray) 
     return order
 
 
-def targets(scores: np.ndarray, waited: np.ndarray, rule: SiteFactorRule
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Target site factor per job and which jobs are starving.
+def targets(scores: np.ndarray, waited: np.ndarray, rule: SiteFactorRule,
+            limits: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Target site factor per job and which jobs the guard lifts.
 
     Args:
         scores: Per job (the hold score removed).
         waited: Seconds each job has waited.
         rule: The rule.
+        limits: Time limit per job, s (0 or less: unknown), for the express lane
+            (:func:`express_jobs`); ``None``: no lane.
 
     Returns:
-        ``(values, starving)``: int64 values inside ``[lo, hi]``, bool mask.
+        ``(values, lifted)``: int64 values inside ``[lo, hi]``, and a bool mask of the
+        jobs above the policy's order: the starving ones and the express ones.
     """
     s = np.asarray(scores, dtype=np.float64)
     starving = np.asarray(waited, dtype=np.float64) > rule.starvation_limit
-    if rule.starvation_order == "policy":
+    express = express_jobs(limits, rule) if limits is not None else None
+    if express is not None and express.any():  # (policy order: checked by the rule)
+        lifted = starving | express
+        values = MAPPINGS[rule.mapping](starving_first(starving_first(s, starving),
+                                                       express), rule)
+        starving = lifted
+    elif rule.starvation_order == "policy":
         values = MAPPINGS[rule.mapping](starving_first(s, starving), rule)
     else:
         values = np.where(starving, rule.hi, MAPPINGS[rule.mapping](s, rule))
@@ -268,7 +326,7 @@ class SiteChange:
         job_id: The job.
         old: Its current site factor (as the helper knows it).
         new: The value to write (inside the band).
-        reason: ``"policy"`` or ``"starvation"``.
+        reason: ``"policy"``, ``"starvation"`` or ``"express"``.
     """
 
     job_id: int
@@ -278,20 +336,21 @@ class SiteChange:
 
 
 def plan_site_factors(job_ids: np.ndarray, values: np.ndarray, starving: np.ndarray,
-                      current: np.ndarray, order: np.ndarray, rule: SiteFactorRule
-                      ) -> tuple[list[SiteChange], int]:
+                      current: np.ndarray, order: np.ndarray, rule: SiteFactorRule,
+                      express: np.ndarray | None = None) -> tuple[list[SiteChange], int]:
     """The site factor changes worth writing this cycle, head of the queue first.
 
     Args:
         job_ids: Per job.
         values: Target values (:func:`targets`).
-        starving: Starving jobs.
+        starving: The jobs the guard lifts (:func:`targets`' mask: starving or express).
         current: Current site factor per job.
         order: The policy's order (:func:`policy_order`).
         rule: The rule (hysteresis, max_changes, band).
+        express: The express jobs among them (their changes' reason), if any.
 
     Returns:
-        ``(changes, deferred)``: at most ``max_changes`` changes (starving jobs first, then
+        ``(changes, deferred)``: at most ``max_changes`` changes (lifted jobs first, then
         in the policy's order) and the number of further changes left for later cycles.
     """
     vals = np.clip(np.asarray(values, dtype=np.int64), rule.lo, rule.hi)
@@ -309,8 +368,11 @@ def plan_site_factors(job_ids: np.ndarray, values: np.ndarray, starving: np.ndar
     rows = rows[np.lexsort((pos[rows], ~st[rows]))]
     limit = max(0, rule.max_changes)
     chosen = rows[:limit]
+    ex = (np.zeros(len(st), dtype=bool) if express is None or len(express) == 0
+          else np.asarray(express, dtype=bool))
     changes = [SiteChange(int(job_ids[r]), int(cur[r]), int(vals[r]),
-                          "starvation" if st[r] else "policy") for r in chosen.tolist()]
+                          "express" if ex[r] else "starvation" if st[r] else "policy")
+               for r in chosen.tolist()]
     return changes, int(rows.size - chosen.size)
 
 

@@ -70,6 +70,32 @@ def test_enforce_reorders_the_queue_into_the_policys_order(slurm, submit: Submit
     assert sorted(ids, key=lambda i: (starts[i], i)) == policy
 
 
+def test_express_lane_starts_a_short_job_before_a_starving_one(slurm, submit: Submit, model,
+                                                               tmp_path):
+    blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
+    wait_for(lambda: running(slurm, blocker), what="blocker to start")
+    old = submit("-N", "16", "--exclusive", "-t", "50", sleep=2, name="old")
+    time.sleep(12)  # past the 8 s starvation limit below
+    short = submit("-N", "16", "--exclusive", "-t", "5", sleep=2, name="short")
+    mid = submit("-N", "16", "--exclusive", "-t", "20", sleep=2, name="mid")
+    ids = [old, short, mid]
+    wait_for(lambda: all(job_of(slurm, i) and job_of(slurm, i).site_factor is not None
+                         for i in ids), what="sprio to list the queue")
+    # the 5-minute job takes the lane (at most 10 min) above the starving 50-minute one;
+    # the 20-minute job, the policy's second, stays below it
+    helper, log = make_helper(tmp_path, model, starvation_limit=8.0,
+                              starvation_order="policy", express_limit=600.0)
+    rep = helper.run_once()
+    assert rep.ok, (rep.error, log.getvalue())
+    assert {c.job_id: c.reason for c in rep.changes} == {short: "express", old: "starvation"}
+    assert site_factors(slurm, ids) == {short: 100000, old: 50000, mid: 0}
+    scancel(blocker)
+    wait_for(lambda: not any(job_of(slurm, i) for i in ids), timeout=120,
+             what="the queue to drain")
+    starts = recorded_starts(ids)
+    assert sorted(ids, key=lambda i: (starts[i], i)) == [short, old, mid]
+
+
 def test_steered_multinode_job_lands_within_one_leaf(slurm, submit: Submit, model, tmp_path):
     a = submit("-N", "8", "--exclusive", "-w", "node[01-08]", "-t", "10", name="half")
     wait_for(lambda: running(slurm, a), what="the half-cluster job to start")

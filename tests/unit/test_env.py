@@ -278,15 +278,15 @@ def test_earliest_fitting_agent_on_a_hand_computed_case():
     assert info["episode_metrics"]["wait_p99"] == pytest.approx(0.98 * 99)
 
 
-def _guarded_run(limit: float, order: str = "age"):
+def _guarded_run(limit: float, order: str = "age", recs=None, **cfg):
     """The earliest-fitting agent on a hand-computed case; (now, legal job ids) per step.
 
     4 nodes. 1 (2 nodes, 100 s) starts at 0; 2 (4 nodes) arrives at 1 and cannot fit
     before 100; 3 (1 node, 10 s) arrives at 2; 4 (1 node, 200 s) arrives at 3.
     """
-    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 3, 200, 1)]
+    recs = recs or [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 3, 200, 1)]
     env = tiny_env(recs, max_jobs=4, starvation_limit=limit, starvation_order=order,
-                   invalid_action="raise")
+                   invalid_action="raise", **cfg)
     _, info = env.reset(seed=0)
     seen, done = [], False
     while not done:
@@ -321,6 +321,25 @@ def test_starvation_guard_in_the_env_on_a_hand_computed_case():
         EnvConfig(starvation_limit=-1.0)
     with pytest.raises(ValueError, match="starvation_order"):
         EnvConfig(starvation_order="oldest")
+
+
+def test_express_lane_in_the_env_on_a_hand_computed_case():
+    # 4 nodes: 1 (4 nodes, 100 s) runs from 0; 2 (2 nodes, 200 s) arrives at 1 and
+    # starves from 31 s on; 3 (3 nodes, 5 s) arrives at 90. At 100 the guard lets only
+    # the starving 2 start, and 3 waits for it; with a 10 s lane, 3 goes first, 2 at 105
+    recs = [job(1, 0, 100, 4), job(2, 1, 200, 2), job(3, 90, 5, 3)]
+    starts, seen = _guarded_run(30.0, "policy", recs)
+    assert seen == [(0, [1]), (100, [2]), (300, [3])] and starts == [0, 100, 300]
+    starts, seen = _guarded_run(30.0, "policy", recs, express_limit=10.0)
+    assert seen == [(0, [1]), (100, [3]), (105, [2])] and starts == [0, 105, 100]
+    # a lane shorter than every limit changes nothing
+    assert _guarded_run(30.0, "policy", recs, express_limit=4.0)[0] == [0, 100, 300]
+    with pytest.raises(ValueError, match="policy order"):
+        EnvConfig(starvation_limit=30.0, express_limit=10.0)  # age order
+    with pytest.raises(ValueError, match="policy order"):
+        EnvConfig(starvation_order="policy", express_limit=10.0)  # no guard
+    with pytest.raises(ValueError, match="express_limit must be"):
+        EnvConfig(starvation_limit=30.0, starvation_order="policy", express_limit=-1.0)
 
 
 def test_check_env_passes_behind_the_guard():

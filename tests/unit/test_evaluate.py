@@ -27,7 +27,7 @@ from trainer.evaluate import (
 )
 from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator
-from trainer.sim.policies import BASELINES, SEED_BASELINES, make_policy
+from trainer.sim.policies import BASELINES, SEED_BASELINES, Policy, make_policy
 from trainer.sim.slurm import SchedulerOptions
 from trainer.sim.state import Cluster, NodeState, build_jobs
 from trainer.sim.stepper import window
@@ -585,6 +585,17 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     assert ("(tiny behind the helper's starvation guard at 0.0416667 days, starving jobs in"
             " age order, the other baselines behind the same guard, slurm as configured)"
             ) in guarded.output
+    lane = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--starvation-limit", "3600", "--starvation-order", "policy", "--express-limit",
+        "900", "--guard-heuristics", "--baselines", "lrf", "--resamples", "0"])
+    assert lane.exit_code == 0, lane.output + repr(lane.exception)
+    assert "policy order, jobs of at most 15 min above them (express lane), the other" in (
+        lane.output)
+    aged = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--express-limit", "900"])
+    assert aged.exit_code == 2 and "needs starvation_order" in aged.output
     bad = CliRunner().invoke(cli.main, ["evaluate", str(tmp_path / "missing.pt"),
                                         "--trace", str(LUBLIN)])
     assert bad.exit_code != 0 and "no such file" in bad.output
@@ -843,6 +854,72 @@ def test_guard_heuristics_replays_the_baselines_behind_the_models_guard():
     assert same(c.metrics["sjf"], a.metrics["sjf"])
     assert c.targets is not None and not c.targets["heuristics_guarded"]
     print_targets(b.targets)  # prints without error (the text is checked above)
+
+
+class _Fixed(Policy):
+    """Scores given per job row (the guard's inner policy in the order tests)."""
+
+    def __init__(self, scores):
+        super().__init__("fixed")
+        self.scores = np.asarray(scores, dtype=np.float64)
+
+    def score(self, jobs, idx, ctx):
+        return self.scores[idx]
+
+
+def test_express_lane_in_the_guard_orders_the_queue_as_the_helper_does():
+    from slurm_plugin.helper.decide import SiteFactorRule, targets
+    from trainer.evaluate import STARVING, StarvationGuard
+    from trainer.sim.policies import ScoreContext
+
+    jobs, cl = _table(40)
+    rng = np.random.default_rng(5)
+    rule = SiteFactorRule(lo=0, hi=10**9, starvation_order="policy", express_limit=900.0,
+                          starvation_limit=3000.0)
+    for _ in range(20):
+        scores = rng.permutation(40).astype(np.float64) - 20.0  # distinct
+        limit = rng.choice([60, 300, 900, 901, 3600, 86400], size=40)
+        table = dataclasses.replace(jobs, limit=limit.astype(jobs.limit.dtype))
+        now = int(jobs.eligible.max()) + int(rng.integers(0, 6000))
+        guard = StarvationGuard(_Fixed(scores), 3000.0, "policy", express=900.0)
+        idx = np.arange(40)
+        ctx = ScoreContext(now, cl, NodeState(cl), np.zeros(1), np.random.default_rng(0),
+                           None)
+        sim = guard.score(table, idx, ctx)
+        waited = (now - table.eligible).astype(np.float64)
+        values, lifted = targets(scores, waited, rule, limit)
+        assert np.argsort(-sim, kind="stable").tolist() == np.argsort(
+            -values, kind="stable").tolist()
+        short = limit <= 900
+        assert (sim[short] >= 2 * STARVING).all() and (sim[~short] < 2 * STARVING).all()
+        assert lifted.tolist() == (short | (waited > 3000)).tolist()
+    with pytest.raises(ValueError, match="needs starvation_order"):
+        StarvationGuard(_Fixed([0.0]), 3000.0, "age", express=900.0)
+
+
+def test_evaluate_puts_the_models_and_baselines_behind_the_express_lane(tiny_checkpoint):
+    from trainer.evaluate import StarvationGuard, guard_setup
+
+    jobs, cl = _table(300, interarrival=2.0)  # a queue builds up: the guard acts
+    cfg = EvalConfig(baselines=("slurm", "lrf"), starvation_limit=1000.0,
+                     starvation_order="policy", resamples=0, guard_heuristics=True)
+    lane = dataclasses.replace(cfg, express_limit=float(np.median(jobs.limit)))
+    a = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg)
+    b = evaluate(jobs, cl, {"net": tiny_checkpoint}, lane)
+    assert b.metrics["lrf"]["wait_s"] != a.metrics["lrf"]["wait_s"]  # the lane acted
+    assert b.metrics["net"]["wait_s"] != a.metrics["net"]["wait_s"]
+    alone = evaluate(jobs, cl, {"x": StarvationGuard(make_policy("lrf"), 1000.0, "policy",
+                                                     lane.express_limit)},
+                     dataclasses.replace(lane, baselines=("slurm",)))
+    assert alone.metrics["x"]["wait_s"] == b.metrics["lrf"]["wait_s"]
+    assert b.targets is not None and b.targets["express_limit"] == lane.express_limit
+    assert f"jobs of at most {lane.express_limit / 60:g} min above them (express lane)" in (
+        guard_setup(b.targets))
+    assert a.targets is not None and "express" not in guard_setup(a.targets)
+    with pytest.raises(ValueError, match="needs starvation_order"):
+        dataclasses.replace(lane, starvation_order="age")
+    with pytest.raises(ValueError, match="needs the starvation guard"):
+        dataclasses.replace(lane, starvation_limit=0.0)
 
 
 def test_an_untrained_placement_head_leaves_placement_to_slurm(tiny_checkpoint, tmp_path):

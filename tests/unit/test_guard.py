@@ -17,6 +17,7 @@ from trainer.guard import (
     GuardSetting,
     choose,
     grid,
+    parse_expresses,
     parse_limits,
     parse_resolutions,
     pooled,
@@ -55,6 +56,22 @@ def test_setting_labels_and_validation():
         GuardSetting(60.0, "oldest")
     with pytest.raises(ValueError, match=">= 0"):
         GuardSetting(-1.0)
+
+
+def test_express_lanes_in_settings_labels_and_the_grid():
+    assert GuardSetting(2 * 86400.0, "policy", express=900.0).label == "2d policy, x=15m"
+    assert GuardSetting(86400.0, "policy", 0.2, 1800.0).label == "1d policy, r=0.2, x=30m"
+    assert parse_expresses("0, 15m,900,1h") == (0.0, 900.0, 3600.0)
+    with pytest.raises(click.BadParameter):
+        parse_expresses("soon")
+    # a lane only with the policy order, which it needs
+    assert grid([86400.0], ["age", "policy"], [0.0], [0.0, 900.0]) == [
+        GuardSetting(86400.0), GuardSetting(86400.0, "policy"),
+        GuardSetting(86400.0, "policy", express=900.0)]
+    with pytest.raises(ValueError, match="needs starvation_order"):
+        GuardSetting(86400.0, "age", express=900.0)
+    with pytest.raises(ValueError, match="needs the starvation guard"):
+        GuardSetting(0.0, "policy", express=900.0)
 
 
 def _row(limit, bsld, p99_ok, util_ok, p99=1.0):
@@ -320,6 +337,23 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert tied["choice"]["score_resolution"] == chosen
     assert f"score_resolution = {chosen:g}" in r.output
     assert ("--score-resolution" in r.output) == (chosen > 0)
+    # with express lanes: each policy-order guard once per lane, and the helper lines
+    lanes = tmp_path / "x"
+    r = _tune(tiny_checkpoint, lanes, "--orders", "age,policy", "--express-limits", "0,1h",
+              "--windows", "1")
+    swept = json.loads((lanes / "guard.json").read_text())
+    assert swept["express_limits"] == [0.0, 3600.0]
+    assert [x["setting"]["label"] for x in swept["rows"]] == [
+        "none", "1h age", "1h policy", "2d age", "2d policy", "1h policy, x=1h",
+        "2d policy, x=1h"]
+    lane = swept["rows"][swept["choice"]["row"]]["setting"]["express"]
+    assert swept["choice"]["express_limit"] == lane
+    assert f"express_limit = {lane:.1f}" in r.output
+    assert ("--express-limit 3600" in r.output) == (lane > 0)
+    bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
+                                        str(LUBLIN), "--express-limits", "15m",
+                                        "--orders", "age"])
+    assert bad.exit_code != 0 and "needs the policy order" in bad.output
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
                                         str(LUBLIN), "--resolutions", "-1"])
     assert bad.exit_code != 0 and "a score resolution is a number >= 0" in bad.output
@@ -375,6 +409,9 @@ def test_trained_guard_is_read_from_the_checkpoints_training_settings(tmp_path,
     guarded = saved("g.pt", {"train_guard": True, "starvation_limit": 3600.0,
                              "starvation_order": "policy"})
     assert trained_guard(guarded) == GuardSetting(3600.0, "policy")
+    lane = saved("x.pt", {"train_guard": True, "starvation_limit": 3600.0,
+                          "starvation_order": "policy", "express_limit": 900.0})
+    assert trained_guard(lane) == GuardSetting(3600.0, "policy", express=900.0)
     # validated behind a guard, not trained behind one; no guard; no training settings
     assert trained_guard(saved("v.pt", {"train_guard": False,
                                         "starvation_limit": 3600.0})) is None

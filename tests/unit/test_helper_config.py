@@ -91,6 +91,8 @@ def test_world_writable_config_is_refused(tmp_path):
     ('switch_wait = "2d"\n', "switch_wait must be at most 86400 s"),
     ("switch_wait = 0\n", "switch_wait must be positive"),
     ('steering = "features"\n', "steering = 'features'"),
+    ('express_limit = "15m"\n', "express_limit needs starvation_order"),
+    ('express_limit = -60\nstarvation_order = "policy"\n', "express_limit must be a finite"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, match):
     with pytest.raises(C.ConfigError, match=match):
@@ -104,7 +106,7 @@ def test_unknown_override_and_bad_override_type():
         C.HelperConfig().with_overrides({"band_hi": 2.5})
 
 
-def test_rule_reflects_the_band_and_mapping():
+def test_rule_reflects_the_band_and_mapping(tmp_path):
     cfg = C.HelperConfig(band_lo=10, band_hi=20, mapping="logit", hysteresis=2)
     r = cfg.rule()
     assert (r.lo, r.hi, r.mapping, r.hysteresis) == (10, 20, "logit", 2)
@@ -112,3 +114,6 @@ def test_rule_reflects_the_band_and_mapping():
     assert C.HelperConfig(starvation_order="policy").rule().starvation_order == "policy"
     assert r.score_resolution == 0.0
     assert C.HelperConfig(score_resolution=0.2).rule().score_resolution == 0.2
+    assert r.express_limit == 0.0
+    cfg = C.load_config(_write(tmp_path, 'express_limit = "15m"\nstarvation_order = "policy"\n'))[0]
+    assert cfg.rule().express_limit == 900.0  # a duration, as the other times

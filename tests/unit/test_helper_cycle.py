@@ -126,6 +126,27 @@ def test_starving_jobs_keep_the_model_order_with_starvation_order_policy(tmp_pat
     assert site_calls(client)[:2] == [(1, 100000), (4, 66667)]
 
 
+def test_express_lane_puts_short_jobs_above_the_starving_ones(tmp_path):
+    # the model ranks by time limit, so pick one that puts a short job last: the lane
+    # must lift it by its limit alone. Job 5 (20 min) would sit below starving job 1.
+    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
+            mk_job(2, limit=60), mk_job(5, limit=1200), mk_job(3, limit=3600)]
+    h, client, _, _ = make(tmp_path, jobs, mode="enforce", starvation_order="policy",
+                           express_limit=1200.0)
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    got = {c.job_id: (c.new, c.reason) for c in rep.changes}
+    # express 2, 5 (in the model's order), then starving 1, 4, then job 3 (at 0 already)
+    assert got == {2: (100000, "express"), 5: (75000, "express"),
+                   1: (50000, "starvation"), 4: (25000, "starvation")}
+    assert [c.reason for c in rep.changes] == ["express", "express", "starvation",
+                                                "starvation"]
+    # without the lane: the two starving jobs first, as before
+    h2, _, _, _ = make(tmp_path / "off", jobs, mode="enforce", starvation_order="policy")
+    off = {c.job_id: c.reason for c in h2.run_once().changes}
+    assert off[1] == off[4] == "starvation" and "express" not in off.values()
+
+
 def test_held_and_dependent_jobs_are_left_alone(tmp_path):
     jobs = [*three_jobs(), mk_job(5, limit=1, priority=0, reason="JobHeldUser"),
             mk_job(6, limit=1, reason="Dependency"), mk_job(7, state="RUNNING", on=("node01",))]

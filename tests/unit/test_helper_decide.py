@@ -76,6 +76,43 @@ def test_starving_first_keeps_both_orders_and_edge_cases():
     assert D.starving_first(np.array([5.0, 1.0]), above).tolist() == [5.0, 1.0]
 
 
+def test_targets_express_lane_lifts_short_jobs_above_the_starving_ones():
+    rule = replace(RULE, starvation_order="policy", express_limit=600.0)
+    scores = np.array([1.0, 2.0, 3.0, 0.5, 4.0, -1.0])
+    waited = np.array([5000.0, 9000.0, 1.0, 2000.0, 10.0, 3000.0])  # 0, 1, 3, 5 starving
+    limits = np.array([3600, 7200, 600, 300, 0, 120])  # 2, 3, 5 express; 4 unknown
+    values, lifted = D.targets(scores, waited, rule, limits)
+    assert D.express_jobs(limits, rule).tolist() == [False, False, True, True, False, True]
+    assert lifted.tolist() == [True, True, True, True, False, True]
+    # express first (starving ones among them first: 3, 5 by score, then 2), then the
+    # starving 1, 0, then job 4 although the policy likes it best
+    assert np.argsort(-values, kind="stable").tolist() == [3, 5, 2, 1, 0, 4]
+    assert values.tolist() == [20, 40, 60, 100, 0, 80]
+    # no limits, or the lane off: as before
+    for got in (D.targets(scores, waited, rule)[0],
+                D.targets(scores, waited, replace(rule, express_limit=0.0), limits)[0]):
+        assert got.tolist() == D.targets(scores, waited, replace(RULE,
+                                         starvation_order="policy"))[0].tolist()
+    assert D.express_jobs(None, rule).tolist() == []
+    # the reasons the plan gives
+    changes, _ = D.plan_site_factors(np.arange(6), values, lifted, np.full(6, -50),
+                                     np.argsort(-scores, kind="stable"), rule,
+                                     D.express_jobs(limits, rule))
+    assert {c.job_id: c.reason for c in changes} == {
+        0: "starvation", 1: "starvation", 2: "express", 3: "express", 4: "policy",
+        5: "express"}
+    assert [c.reason for c in changes][-1] == "policy"  # lifted jobs are written first
+
+
+def test_express_lane_needs_policy_order_and_a_sane_limit():
+    with pytest.raises(ValueError, match="needs starvation_order"):
+        D.SiteFactorRule(express_limit=600.0)  # the default order is age
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="express_limit must be"):
+            D.SiteFactorRule(starvation_order="policy", express_limit=bad)
+    D.check_express_limit(0.0, "age")  # off: any order
+
+
 def test_policy_order_needs_the_rank_mapping_and_a_known_name():
     with pytest.raises(ValueError, match="needs mapping 'rank'"):
         D.SiteFactorRule(mapping="logit", starvation_order="policy")

@@ -221,6 +221,30 @@ def test_train_guard_puts_the_deployed_guard_in_the_env():
     assert not _same(_weights(a.net), _weights(c.net))  # the guard changed the episodes
 
 
+def test_train_guard_carries_the_express_lane_to_the_env_and_the_deployed_replay():
+    from trainer.rl.report import deployed_metrics
+
+    cfg = TrainConfig(starvation_limit=3600.0, starvation_order="policy",
+                      express_limit=900.0)
+    for env in cfg.env_configs(100):  # no guard in the env: no lane either
+        assert env.express_limit == 0.0
+    for env in dataclasses.replace(cfg, train_guard=True).env_configs(100):
+        assert env.express_limit == 900.0
+    with pytest.raises(ValueError, match="needs starvation_order"):
+        TrainConfig(express_limit=900.0)  # age order
+    with pytest.raises(ValueError, match="needs the starvation guard"):
+        TrainConfig(express_limit=900.0, starvation_order="policy", starvation_limit=0.0)
+    spec, tcfg = _short(budget_steps=200, budget_updates=None, starvation_limit=60.0,
+                        starvation_order="policy")
+    res = train(spec, tcfg, PPOConfig(episodes=2, minibatch=32))
+    lane = float(np.median(spec.jobs.limit))  # half the jobs take the lane
+    plain = deployed_metrics(spec, res.best_net, seed=tcfg.seed, starvation_limit=60.0,
+                             starvation_order="policy")
+    fast = deployed_metrics(spec, res.best_net, seed=tcfg.seed, starvation_limit=60.0,
+                            starvation_order="policy", express_limit=lane)
+    assert fast["jobs"] == plain["jobs"] and fast != plain  # the lane reordered the queue
+
+
 @pytest.mark.parametrize("algo,acfg", [
     ("ppo", PPOConfig(episodes=2, minibatch=32)),
     ("dqn", DQNConfig(episodes=2, learning_starts=20, batch=16, target_every=3)),
@@ -836,9 +860,11 @@ def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
     out = tmp_path / "run"
     res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
                   *_SMALL_RUN, "--budget", "2u", "--eval-every", "1", "--algo-opt",
-                  "episodes=2", "--val-deployed", "--val-metric", "wait_p99")
+                  "episodes=2", "--val-deployed", "--val-metric", "wait_p99",
+                  "--starvation-order", "policy", "--express-limit", "900")
     assert res.exit_code == 0, res.output + repr(res.exception)
-    assert json.loads((out / "config.json").read_text())["train"]["val_metric"] == "wait_p99"
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert saved["val_metric"] == "wait_p99" and saved["express_limit"] == 900.0
     curves = json.loads((out / "curves.json").read_text())
     best = min(curves["val"], key=lambda p: (p["wait_p99"], p["update"]))
     assert curves["best"]["update"] == best["update"]
@@ -846,7 +872,8 @@ def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
         in res.output
     for opts, why in ((("--val-metric", "wait_p95"), "--val-metric"),
                       (("--val-deployed", "--val-metric", "reward_sum"),
-                       "val_deployed has no reward_sum")):
+                       "val_deployed has no reward_sum"),
+                      (("--express-limit", "900"), "needs starvation_order")):
         res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
                       str(tmp_path / "bad"), "--budget", "1u", *opts)
         assert res.exit_code != 0 and why in res.output

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from slurm_plugin.helper.decide import (
     SiteFactorRule,
+    check_express_limit,
     check_score_resolution,
     check_starvation_order,
 )
@@ -169,6 +170,11 @@ class TrainConfig:
     starvation_order: str = SiteFactorRule.starvation_order
     """How that guard orders the starving jobs, as the helper's ``starvation_order``:
     ``age`` (oldest first) or ``policy`` (the net's order)."""
+    express_limit: float = 0.0
+    """The guard's express lane, as the helper's ``express_limit`` (seconds; 0: none):
+    in the deployed validation, and with ``train_guard`` in the env's episodes, a job
+    whose time limit is at most this goes above every other, starving ones included.
+    Needs ``starvation_order`` ``policy`` and a guard."""
     score_resolution: float = 0.0
     """The deployed validation rounds the net's scores to multiples of this, as the
     helper's ``score_resolution`` (jobs scored that close tie, the older first); 0:
@@ -223,6 +229,9 @@ class TrainConfig:
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         check_starvation_order(self.starvation_order)
+        check_express_limit(self.express_limit, self.starvation_order)
+        _need(not (self.express_limit and self.starvation_limit <= 0), c,
+              "express_limit needs the starvation guard (starvation_limit > 0)")
         check_score_resolution(self.score_resolution)
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
@@ -274,7 +283,8 @@ class TrainConfig:
                            speed_model=self.speed_model, max_steps=self.max_steps,
                            hold=self.hold,
                            starvation_limit=self.starvation_limit if self.train_guard else 0.0,
-                           starvation_order=self.starvation_order)
+                           starvation_order=self.starvation_order,
+                           express_limit=self.express_limit if self.train_guard else 0.0)
         return (replace(common, episode_jobs=self.episode_jobs, warm_start=self.warm_start),
                 replace(common, episode_jobs=self.val_jobs,
                         warmup_jobs=val_warmup_jobs))

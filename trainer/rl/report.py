@@ -55,7 +55,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      backfill: bool = True, rank_all: bool = True,
                      starvation_limit: float = 0.0, place: bool = True,
                      starvation_order: str = "age",
-                     score_resolution: float = 0.0) -> dict[str, float]:
+                     score_resolution: float = 0.0,
+                     express_limit: float = 0.0) -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
@@ -64,7 +65,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     not counted, and the user history grows with the replay's completions; ``rank_all``
     as the helper's (:class:`~trainer.policy.TorchPolicy`); ``starvation_limit`` > 0
     puts the helper's starvation guard in front (:class:`trainer.evaluate.StarvationGuard`,
-    starving jobs in ``starvation_order``); ``score_resolution`` > 0 rounds the net's
+    starving jobs in ``starvation_order``, with its express lane for jobs of a time limit
+    up to ``express_limit`` seconds); ``score_resolution`` > 0 rounds the net's
     scores first, as the helper's setting (:class:`trainer.evaluate.Quantized`);
     ``place``: the net's placement head places the jobs, else the scheduler's placement
     (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
@@ -78,7 +80,7 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                          EngineOptions(seed=seed, speed_model=spec.eval.speed_model),
                          rank_all=rank_all, place=place, starvation_limit=starvation_limit,
                          starvation_order=starvation_order,
-                         score_resolution=score_resolution)
+                         score_resolution=score_resolution, express_limit=express_limit)
     return _window_metrics(r, warm)
 
 
@@ -118,8 +120,8 @@ def _window_metrics(r: SimResult, warm: int) -> dict[str, float]:
 def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
                      opts: SchedulerOptions, eng: EngineOptions, *, rank_all: bool = True,
                      place: bool = True, starvation_limit: float = 0.0,
-                     starvation_order: str = "age", score_resolution: float = 0.0
-                     ) -> SimResult:
+                     starvation_order: str = "age", score_resolution: float = 0.0,
+                     express_limit: float = 0.0) -> SimResult:
     """Replay ``jobs`` (rows ``lo..`` of the spec's table) with the net ordering the queue.
 
     The user history starts from the jobs before row ``lo`` and grows with the replay's
@@ -132,7 +134,7 @@ def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
                      rank_all=rank_all)
     pol = as_deployed(tp if place else FixedPlacement(tp, opts.placement),
                       score_resolution=score_resolution, starvation_limit=starvation_limit,
-                      starvation_order=starvation_order)
+                      starvation_order=starvation_order, express_limit=express_limit)
     sim = Simulator(jobs, spec.cluster, pol, opts, eng)
     tp.follow(sim)
     return sim.run()

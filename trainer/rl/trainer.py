@@ -449,6 +449,7 @@ class Trainer:
                                  rank_all=self.cfg.rank_all,
                                  starvation_limit=self.cfg.starvation_limit,
                                  starvation_order=self.cfg.starvation_order,
+                                 express_limit=self.cfg.express_limit,
                                  score_resolution=self.cfg.score_resolution,
                                  place=self.meta[PLACE_TRAINED])
             v = float(m[self.cfg.val_metric])
