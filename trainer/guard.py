@@ -206,21 +206,31 @@ def parse_resolutions(text: str) -> tuple[float, ...]:
     return tuple(dict.fromkeys(_resolution(t) for t in _items(text, "0,0.2")))
 
 
+def _spans(text: str, example: str, hint: str) -> list[tuple[str, float]]:
+    """Each item of ``text`` with its seconds (a number, or a span such as ``36h``).
+
+    Raises:
+        click.BadParameter: On an empty list or an item that is no span (``hint`` says
+            what is allowed).
+    """
+    out = []
+    for t in _items(text, example):
+        try:
+            out.append((t, float(t) if t.replace(".", "", 1).isdigit()
+                        else parse_span(t).total_seconds()))
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{exc.message} ({hint})") from None
+    return out
+
+
 def parse_expresses(text: str) -> tuple[float, ...]:
     """``0,15m,1800`` as express lanes in seconds (0: none), in the order given.
 
     Raises:
         click.BadParameter: On an empty list or an item that is no span.
     """
-    out = []
-    for t in _items(text, "0,15m"):
-        try:
-            out.append(float(t) if t.replace(".", "", 1).isdigit()
-                       else parse_span(t).total_seconds())
-        except click.BadParameter as exc:
-            raise click.BadParameter(f"{exc.message} (seconds, or 15m, 1h...; 0: no lane)"
-                                     ) from None
-    return tuple(dict.fromkeys(out))
+    spans = _spans(text, "0,15m", "seconds, or 15m, 1h...; 0: no lane")
+    return tuple(dict.fromkeys(x for _, x in spans))
 
 
 def parse_limits(text: str) -> tuple[float, ...]:
@@ -230,14 +240,10 @@ def parse_limits(text: str) -> tuple[float, ...]:
         click.BadParameter: On an empty list or a span that is not one.
     """
     out = []
-    for t in _items(text, "1d,2d,4d"):
-        try:
-            out.append(float(t) if t.replace(".", "", 1).isdigit()
-                       else parse_span(t).total_seconds())
-        except click.BadParameter as exc:
-            raise click.BadParameter(f"{exc.message} (seconds, or 1d, 36h...)") from None
-        if out[-1] <= 0:
+    for t, x in _spans(text, "1d,2d,4d", "seconds, or 1d, 36h..."):
+        if x <= 0:
             raise click.BadParameter(f"{t!r}: a starvation limit must be positive")
+        out.append(x)
     return tuple(dict.fromkeys(out))
 
 

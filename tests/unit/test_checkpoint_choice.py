@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
+
+from .benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("RLSCHED_TRACES", ROOT.parent / "shared" / "traces"))
@@ -17,13 +17,7 @@ LUBLIN = TRACES / "lublin_256.swf"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("checkpoint_choice",
-                                                  ROOT / "benchmarks" / "checkpoint_choice.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # (its dataclasses look their module up)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("checkpoint_choice")
 
 
 def test_spearman_reads_ranks_with_ties_sharing_their_mean():

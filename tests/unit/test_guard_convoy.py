@@ -4,8 +4,6 @@ the helper's guard, replay for replay."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,16 +15,11 @@ from trainer.sim.policies import ScoreContext, make_policy
 from trainer.sim.state import Cluster, NodeState, build_jobs
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
 
-ROOT = Path(__file__).resolve().parents[2]
+from .benchmark_module import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("guard_convoy",
-                                                  ROOT / "benchmarks" / "guard_convoy.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("guard_convoy")
 
 
 def _table(n, interarrival=60.0, seed=0):

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from trainer.sim.state import Cluster, build_jobs
 from trainer.sim.workload import WorkloadConfig, default_cluster, generate, replay_records
 
-ROOT = Path(__file__).resolve().parents[2]
+from .benchmark_module import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("target_noise",
-                                                  ROOT / "benchmarks" / "target_noise.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("target_noise")
 
 
 def test_jitter_moves_arrivals_within_bounds_and_keeps_their_order():
