@@ -63,7 +63,8 @@ sys.path.insert(0, str(ROOT))
 from slurm_plugin.output import table  # noqa: E402
 
 #: The run's own ``train`` settings the test replay takes (as the run validated).
-GUARD_KEYS = ("starvation_limit", "starvation_order", "score_resolution", "rank_all")
+GUARD_KEYS = ("starvation_limit", "starvation_order", "express_limit", "score_resolution",
+              "rank_all")
 #: The test lines, as :func:`trainer.evaluate.check_targets` names them, and their heads.
 LINES = {"bsld_vs_slurm": "-30%", "bsld_vs_best_heuristic": "<best",
          "p99_wait": "p99", "utilisation": "util"}
@@ -224,7 +225,9 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
     print(f"\n{run.path}: {len(run.points)} kept checkpoints; test period after"
           f" {test['warmup_jobs']:,} warm-up jobs, behind"
           f" {test['guard'].get('starvation_limit', 0) / 86400:g} d"
-          f" {test['guard'].get('starvation_order', 'age')}")
+          f" {test['guard'].get('starvation_order', 'age')}"
+          + (f", express lane {test['guard']['express_limit'] / 60:g} min"
+             if test["guard"].get("express_limit") else ""))
     base_rows = [[n, "", "", "", "", f"{f['bsld_mean']:.1f}", f"{f['wait_p99']:,.0f}",
                   f"{f['util']:.4f}", "", "", "", ""] for n, f in test["baselines"].items()]
     if run.slurm_val:
