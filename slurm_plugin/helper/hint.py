@@ -152,8 +152,12 @@ def advise(ctx: HintContext, req: HintRequest, user: str | None = None) -> int:
 
     The per-node request is derived as :func:`slurm_plugin.features.raw_from_slurm`
     derives it for a pending job (totals over nodes, rounded up; neither CPUs nor GPUs
-    means whole nodes).
+    means whole nodes). A job the express lane takes (a time limit of at most
+    ``express_limit``) gets the top of the band, as the lane puts it above every job
+    outside it; the next cycle ranks it among the lane's other jobs.
     """
+    if 0 < req.limit_s <= ctx.rule.express_limit:
+        return int(ctx.rule.hi)
     k = max(1, req.nodes)
     c, g = req.cpus, req.gpus
     excl = not c and not g

@@ -80,6 +80,18 @@ def test_advice_ranks_the_new_job_among_the_queue():
     assert rank_values(-np.log1p(limits / 3600), ctx.rule)[-1] == 100
 
 
+def test_advice_puts_a_job_of_the_express_lane_at_the_top():
+    ctx = _context()
+    lane = dataclasses.replace(ctx, rule=SiteFactorRule(lo=0, hi=300,
+                                                        starvation_order="policy",
+                                                        express_limit=900.0))
+    # the model ranks a 15-minute job between 600 and 7200 s; the lane lifts it
+    assert H.advise(ctx, H.HintRequest(limit_s=900)) == 100
+    assert H.advise(lane, H.HintRequest(limit_s=900)) == 300
+    assert H.advise(lane, H.HintRequest(limit_s=901)) == 100  # outside the lane
+    assert H.advise(lane, H.HintRequest()) == 0  # unknown limit: never in the lane
+
+
 def test_advice_rounds_the_new_jobs_score_as_the_cycle_rounds_the_queues():
     ctx = _context()
     # a resolution coarser than every score: the queue's scores (rounded by the cycle)
