@@ -74,7 +74,6 @@ from slurm_plugin.when import parse_span  # noqa: E402
 from trainer.bounds import p99_within, util_not_lower  # noqa: E402
 from trainer.cli import _prepare, resolve  # noqa: E402
 from trainer.evaluate import (  # noqa: E402
-    STARVING,
     EvalConfig,
     StarvationGuard,
     _util,
@@ -151,19 +150,10 @@ class PacedGuard(StarvationGuard):
             held += want
         return out
 
-    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
-        """The inner scores, the jobs let go first above every other."""
-        out = np.asarray(self.inner.score(jobs, idx, ctx), dtype=np.float64)
-        waited = (ctx.now - jobs.eligible[idx]).astype(np.float64)
-        go = self.first(jobs, idx, out, waited, ctx.now, len(ctx.cluster.node_names))
-        if go.any():
-            out = out.copy()
-            if self.order == "policy":
-                inner = out[go]
-                out[go] = STARVING + np.searchsorted(np.sort(inner), inner, side="left")
-            else:
-                out[go] = STARVING + waited[go]
-        return out
+    def starving(self, jobs: JobTable, idx: np.ndarray, scores: np.ndarray,
+                 waited: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The jobs :meth:`first` lets go first; the guard lifts them as starving."""
+        return self.first(jobs, idx, scores, waited, ctx.now, len(ctx.cluster.node_names))
 
 
 def parse_variant(text: str) -> dict[str, float]:

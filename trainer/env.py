@@ -99,7 +99,7 @@ from slurm_plugin.features import (
     Normalisation,
     Observation,
 )
-from slurm_plugin.helper.decide import STARVATION_ORDERS
+from slurm_plugin.helper.decide import STARVATION_ORDERS, check_express_limit, in_lane
 from slurm_plugin.placement import Candidates
 
 from .sim import metrics
@@ -221,11 +221,8 @@ class EnvConfig:
         need(self.starvation_limit >= 0, "starvation_limit must be >= 0 (0: no guard)")
         need(self.starvation_order in STARVATION_ORDERS,
              f"starvation_order must be one of {sorted(STARVATION_ORDERS)}")
-        need(bool(np.isfinite(self.express_limit)) and self.express_limit >= 0,
-             "express_limit must be >= 0 seconds (0: no express lane)")
-        need(not self.express_limit or (self.starvation_order == "policy"
-                                        and self.starvation_limit > 0),
-             "express_limit needs the guard (starvation_limit > 0) in policy order")
+        check_express_limit(self.express_limit, self.starvation_order,
+                            self.starvation_limit)
         need(self.invalid_action in ("reject", "raise"),
              "invalid_action must be 'reject' or 'raise'")
 
@@ -456,8 +453,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             return fits
         st = self.stepper
         if cfg.express_limit > 0:
-            lim = st.jobs.limit[rows]
-            quick: np.ndarray = fits & (lim > 0) & (lim <= cfg.express_limit)
+            quick: np.ndarray = fits & in_lane(st.jobs.limit[rows], cfg.express_limit)
             if quick.any():
                 return quick
         starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit

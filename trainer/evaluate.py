@@ -101,6 +101,7 @@ from slurm_plugin.helper.decide import (
     check_express_limit,
     check_score_resolution,
     check_starvation_order,
+    in_lane,
     quantize,
 )
 from slurm_plugin.model import place_head_trained
@@ -252,10 +253,7 @@ class EvalConfig:
         if self.threads is not None and self.threads < 1:
             raise ValueError("EvalConfig.threads must be >= 1 (or None)")
         check_starvation_order(self.starvation_order)
-        check_express_limit(self.express_limit, self.starvation_order)
-        if self.express_limit > 0 and self.starvation_limit <= 0:
-            raise ValueError("express_limit needs the starvation guard (starvation_limit >"
-                             " 0): the lane is part of it, as in the helper")
+        check_express_limit(self.express_limit, self.starvation_order, self.starvation_limit)
         if self.windows < 1 or self.resamples < 0 or self.blocks < 1:
             raise ValueError("EvalConfig: windows >= 1, resamples >= 0, blocks >= 1")
         if not 0 < self.confidence < 1:
@@ -471,13 +469,12 @@ def as_deployed(pol: Policy, *, score_resolution: float = 0.0, starvation_limit:
     ``score_resolution`` 0: exact scores; ``switch_wait`` 0: no wait (:class:`SwitchWait`);
     ``starvation_limit`` 0: no guard; ``express_limit`` 0: no express lane in it.
     """
+    check_express_limit(express_limit, starvation_order, starvation_limit)
     out = Quantized(pol, score_resolution) if score_resolution > 0 else pol
     if switch_wait > 0:
         out = SwitchWait(out, switch_wait)
     if starvation_limit > 0:
         out = StarvationGuard(out, starvation_limit, starvation_order, express_limit)
-    elif express_limit > 0:
-        raise ValueError("an express lane needs the starvation guard (starvation_limit > 0)")
     return out
 
 
@@ -511,35 +508,49 @@ class StarvationGuard(Wrapped):
     def __init__(self, inner: Policy, limit: float, order: str = "age",
                  express: float = 0.0) -> None:
         check_starvation_order(order)
-        check_express_limit(express, order)
+        check_express_limit(express, order, limit)
         super().__init__(inner)
         self.limit = float(limit)
         self.order = order
         self.express = float(express)
         self.dynamic = True
 
+    def starving(self, jobs: JobTable, idx: np.ndarray, scores: np.ndarray,
+                 waited: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """Which of the pending rows ``idx`` go first as starving (a mask over ``idx``).
+
+        Those that waited past the limit; ``scores`` are the inner scores.
+        """
+        out: np.ndarray = waited > self.limit
+        return out
+
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
-        """The inner scores, starving jobs first (oldest first, or in the inner order)."""
+        """The inner scores, starving jobs first (oldest first, or in the inner order).
+
+        The express lane's jobs go above them.
+        """
         out = np.asarray(self.inner.score(jobs, idx, ctx), dtype=np.float64)
         waited = (ctx.now - jobs.eligible[idx]).astype(np.float64)
-        starving = waited > self.limit
+        starving = self.starving(jobs, idx, out, waited, ctx)
         if starving.any():
-            if self.order == "policy":
-                inner = out[starving]
-                rank = np.searchsorted(np.sort(inner), inner, side="left")  # ties share
-                out = out.copy()
-                out[starving] = STARVING + rank
-            else:
-                out = np.where(starving, STARVING + waited, out)
+            out = (_lifted(out, starving, STARVING) if self.order == "policy"
+                   else np.where(starving, STARVING + waited, out))
         if self.express > 0:
-            lim = jobs.limit[idx]
-            short = (lim > 0) & (lim <= self.express)
+            short = in_lane(jobs.limit[idx], self.express)
             if short.any():
-                guarded = out[short]
-                out = out.copy()
-                out[short] = 2 * STARVING + np.searchsorted(np.sort(guarded), guarded,
-                                                            side="left")
+                out = _lifted(out, short, 2 * STARVING)
         return out
+
+
+def _lifted(scores: np.ndarray, rows: np.ndarray, base: float) -> np.ndarray:
+    """``scores`` with those of ``rows`` lifted above every other, their order kept.
+
+    Each becomes ``base`` plus its rank among them (lowest 0; ties share one).
+    """
+    out = scores.copy()
+    lift = scores[rows]
+    out[rows] = base + np.searchsorted(np.sort(lift), lift, side="left")
+    return out
 
 
 class SwitchWait(Wrapped):

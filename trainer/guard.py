@@ -151,9 +151,7 @@ class GuardSetting:
             raise ValueError(f"a starvation limit must be >= 0 seconds, not {self.limit}")
         check_starvation_order(self.order)
         check_score_resolution(self.resolution)
-        check_express_limit(self.express, self.order)
-        if self.express and not self.limit:
-            raise ValueError("an express lane needs the starvation guard (a limit > 0)")
+        check_express_limit(self.express, self.order, self.limit)
 
     @property
     def label(self) -> str:

@@ -235,7 +235,8 @@ class HelperConfig:
             raise ConfigError(f"metrics_port must be at most 65535 (got {self.metrics_port})")
         try:
             check_starvation_order(self.starvation_order, self.mapping)
-            check_express_limit(self.express_limit, self.starvation_order)
+            check_express_limit(self.express_limit, self.starvation_order,
+                                self.starvation_limit)
             check_score_resolution(self.score_resolution)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None

@@ -108,6 +108,7 @@ __all__ = [
     "plan_site_factors",
     "policy_order",
     "express_jobs",
+    "in_lane",
     "quantize",
     "rank_values",
     "leaf_waits",
@@ -161,7 +162,7 @@ class SiteFactorRule:
         if self.mapping not in MAPPINGS:
             raise ValueError(f"unknown mapping {self.mapping!r}: use one of {sorted(MAPPINGS)}")
         check_starvation_order(self.starvation_order, self.mapping)
-        check_express_limit(self.express_limit, self.starvation_order)
+        check_express_limit(self.express_limit, self.starvation_order, self.starvation_limit)
 
 
 #: How starving jobs are ordered among themselves (module docstring).
@@ -187,32 +188,40 @@ def check_starvation_order(order: str, mapping: str = "rank") -> None:
                          " set mapping = \"rank\" or starvation_order = \"age\"")
 
 
-def check_express_limit(limit: float, order: str) -> None:
-    """Raise ``ValueError`` unless ``limit`` fits ``order`` (the starvation order).
+def check_express_limit(limit: float, order: str, starvation_limit: float) -> None:
+    """Raise ``ValueError`` unless ``limit`` fits the guard it is part of.
 
-    ``limit`` is 0 (no express lane) or a finite number of seconds > 0, which needs
-    ``order`` ``policy`` (module docstring).
+    ``limit`` is 0 (no express lane) or a finite number of seconds > 0, which needs the
+    starvation guard (``starvation_limit`` > 0) in ``order`` ``policy`` (module
+    docstring).
     """
     if not (np.isfinite(limit) and limit >= 0):
         raise ValueError(f"express_limit must be a finite number of seconds >= 0 (got {limit})")
     if limit > 0 and order != "policy":
-        raise ValueError("express_limit needs starvation_order = \"policy\" (with 'age' the"
-                         " starving jobs sit at band_hi, where Slurm's age factor would"
-                         " put them above younger express jobs): set starvation_order ="
-                         " \"policy\" or express_limit = 0")
+        raise ValueError("express_limit needs starvation_order = \"policy\" (the lane ranks in"
+                         " policy order only: with 'age' the starving jobs sit at band_hi,"
+                         " where Slurm's age factor would put them above younger express"
+                         " jobs): set starvation_order = \"policy\" or express_limit = 0")
+    if limit > 0 and not starvation_limit > 0:
+        raise ValueError("express_limit needs the starvation guard (starvation_limit > 0) in"
+                         " policy order: the lane is part of it")
+
+
+def in_lane(limits: np.ndarray | float, express_limit: float) -> np.ndarray:
+    """Which time limits (s; 0 or less: unknown) the express lane takes.
+
+    Those known and at most ``express_limit``; none when it is 0.
+    """
+    lim = np.asarray(limits, dtype=np.float64)
+    out: np.ndarray = (lim > 0) & (lim <= express_limit)
+    return out
 
 
 def express_jobs(limits: np.ndarray | None, rule: SiteFactorRule) -> np.ndarray:
-    """Which jobs take the express lane.
-
-    Those with a known time limit (> 0) of at most ``express_limit`` seconds; none when
-    the lane is off or ``limits`` is ``None``.
-    """
-    if limits is None or rule.express_limit <= 0:
-        return np.zeros(0 if limits is None else len(limits), dtype=bool)
-    lim = np.asarray(limits, dtype=np.float64)
-    out: np.ndarray = (lim > 0) & (lim <= rule.express_limit)
-    return out
+    """Which jobs take the express lane (:func:`in_lane`; none when ``limits`` is ``None``)."""
+    if limits is None:
+        return np.zeros(0, dtype=bool)
+    return in_lane(limits, rule.express_limit)
 
 
 def rank_values(scores: np.ndarray, rule: SiteFactorRule) -> np.ndarray:
@@ -289,12 +298,11 @@ def targets(scores: np.ndarray, waited: np.ndarray, rule: SiteFactorRule,
     """
     s = np.asarray(scores, dtype=np.float64)
     starving = np.asarray(waited, dtype=np.float64) > rule.starvation_limit
-    express = express_jobs(limits, rule) if limits is not None else None
-    if express is not None and express.any():  # (policy order: checked by the rule)
-        lifted = starving | express
+    express = express_jobs(limits, rule)
+    if express.any():  # (policy order: checked by the rule)
         values = MAPPINGS[rule.mapping](starving_first(starving_first(s, starving),
                                                        express), rule)
-        starving = lifted
+        starving = starving | express
     elif rule.starvation_order == "policy":
         values = MAPPINGS[rule.mapping](starving_first(s, starving), rule)
     else:

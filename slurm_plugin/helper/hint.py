@@ -44,7 +44,7 @@ import numpy as np
 
 from ..features import JOB_FEATURES, JobsRaw, NodesRaw, Normalisation, featurize
 from ..scorer import OnnxScorer
-from .decide import MAPPINGS, SiteFactorRule, quantize
+from .decide import MAPPINGS, SiteFactorRule, in_lane, quantize
 
 __all__ = [
     "MAX_REQUEST",
@@ -156,7 +156,7 @@ def advise(ctx: HintContext, req: HintRequest, user: str | None = None) -> int:
     ``express_limit``) gets the top of the band, as the lane puts it above every job
     outside it; the next cycle ranks it among the lane's other jobs.
     """
-    if 0 < req.limit_s <= ctx.rule.express_limit:
+    if in_lane(req.limit_s, ctx.rule.express_limit):
         return int(ctx.rule.hi)
     k = max(1, req.nodes)
     c, g = req.cpus, req.gpus

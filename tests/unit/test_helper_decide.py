@@ -110,7 +110,7 @@ def test_express_lane_needs_policy_order_and_a_sane_limit():
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="express_limit must be"):
             D.SiteFactorRule(starvation_order="policy", express_limit=bad)
-    D.check_express_limit(0.0, "age")  # off: any order
+    D.check_express_limit(0.0, "age", 0.0)  # off: any order, any guard
 
 
 def test_policy_order_needs_the_rank_mapping_and_a_known_name():

@@ -229,9 +229,7 @@ class TrainConfig:
         _need(self.workers >= 1 and self.group >= 1, c, "workers and group must be >= 1")
         _need(self.hidden >= 1, c, "hidden must be >= 1")
         check_starvation_order(self.starvation_order)
-        check_express_limit(self.express_limit, self.starvation_order)
-        _need(not (self.express_limit and self.starvation_limit <= 0), c,
-              "express_limit needs the starvation guard (starvation_limit > 0)")
+        check_express_limit(self.express_limit, self.starvation_order, self.starvation_limit)
         check_score_resolution(self.score_resolution)
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
