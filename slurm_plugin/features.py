@@ -50,11 +50,13 @@ __all__ = [
     "NodesRaw",
     "Observation",
     "UserHistory",
+    "backfill_ok",
     "featurize",
     "fits_now",
     "raw_from_slurm",
     "schema",
     "schema_hash",
+    "usable_nodes",
     "user_index",
 ]
 
@@ -309,33 +311,106 @@ class Observation:
         return int(self.nodes.shape[0])
 
 
-def fits_now(jobs: JobsRaw, nodes: NodesRaw) -> np.ndarray:
-    """Per job: enough usable nodes have the free resources it asks for, now.
+def usable_nodes(nodes: NodesRaw, cpus: int, gpus: int, mem: int, exclusive: bool
+                 ) -> np.ndarray:
+    """Mask of nodes that can take one node's share of the request now."""
+    if exclusive:
+        out: np.ndarray = nodes.up & nodes.idle
+        return out
+    ok = nodes.up & (nodes.free_c >= cpus) & (nodes.free_g >= gpus)
+    if mem:
+        ok &= nodes.free_m >= mem
+    return ok
 
-    Computed once per distinct request shape (a deep queue has few shapes).
+
+def _shapes(jobs: JobsRaw) -> tuple[list[tuple[int, int, int, bool]], np.ndarray]:
+    """The distinct per-node requests ``(cpus, gpus, mem, exclusive)``, and each job's.
+
+    One int64 key per request shape: a 1-D unique is far cheaper than unique(axis=0).
     """
-    if not jobs.n:
-        return np.zeros(0, dtype=bool)
-    if not nodes.n:
-        return np.zeros(jobs.n, dtype=bool)
-    # one int64 key per request shape: a 1-D unique is far cheaper than unique(axis=0)
     c = np.clip(jobs.cpus, 0, (1 << 20) - 1)
     g = np.clip(jobs.gpus, 0, (1 << 10) - 1)
     m = np.clip(jobs.mem, 0, (1 << 32) - 1)
     key = (((jobs.exclusive.astype(np.int64) << 20 | c) << 10 | g) << 32) | m
     uniq, inv = np.unique(key, return_inverse=True)
-    up = nodes.up
-    count = np.empty(len(uniq), dtype=np.int64)
-    for k, kv in enumerate(uniq.tolist()):
-        excl, kc, kg, km = kv >> 62, (kv >> 42) & 0xFFFFF, (kv >> 32) & 0x3FF, kv & 0xFFFFFFFF
-        if excl:
-            ok = up & nodes.idle
-        else:
-            ok = up & (nodes.free_c >= kc) & (nodes.free_g >= kg)
-            if km:
-                ok &= nodes.free_m >= km
-        count[k] = int(np.count_nonzero(ok))
-    out: np.ndarray = count[inv.reshape(-1)] >= jobs.nodes
+    shapes = [((kv >> 42) & 0xFFFFF, (kv >> 32) & 0x3FF, kv & 0xFFFFFFFF, bool(kv >> 62))
+              for kv in uniq.tolist()]
+    return shapes, inv.reshape(-1)
+
+
+def _fits(jobs: JobsRaw, nodes: NodesRaw, among: np.ndarray | None = None) -> np.ndarray:
+    """Per job: enough usable nodes (of ``among``; default all) have its request free now.
+
+    Computed once per distinct request shape (a deep queue has few shapes).
+    """
+    shapes, inv = _shapes(jobs)
+    count = np.empty(len(shapes), dtype=np.int64)
+    for k, shape in enumerate(shapes):
+        ok = usable_nodes(nodes, *shape)
+        count[k] = int(np.count_nonzero(ok if among is None else ok & among))
+    out: np.ndarray = count[inv] >= jobs.nodes
+    return out
+
+
+def fits_now(jobs: JobsRaw, nodes: NodesRaw) -> np.ndarray:
+    """Per job: enough usable nodes have the free resources it asks for, now."""
+    if not jobs.n:
+        return np.zeros(0, dtype=bool)
+    if not nodes.n:
+        return np.zeros(jobs.n, dtype=bool)
+    return _fits(jobs, nodes)
+
+
+def backfill_ok(jobs: JobsRaw, nodes: NodesRaw, fit: np.ndarray | None = None
+                ) -> np.ndarray:
+    """Per job: it fits now and starting it would not delay the oldest job that does not.
+
+    EASY backfill's rule, from what a live scheduler knows: the oldest pending job that
+    does not fit now (arrival order: eligible time, then job id) gets a reservation on
+    the nodes that can hold one node of its request soonest (now where the free
+    resources do, else when the jobs there are expected to end, ``remaining``: by their
+    time limits); a job that fits now may start without delaying it when it arrived
+    before it, when its own time limit ends by the reservation's start, or when it fits
+    on nodes outside the reservation. Without a blocked job, or when the blocked job
+    can never fit, every job that fits now is ``True``. A job without a known limit
+    (``limit <= 0``) counts as not ending in time. Node-level approximation: a shared
+    node is counted free for the reservation only once all of its jobs are expected to
+    end.
+
+    Args:
+        jobs: The pending jobs.
+        nodes: The nodes.
+        fit: :func:`fits_now` of the two, if already computed.
+    """
+    if fit is None:
+        fit = fits_now(jobs, nodes)
+    out = fit.copy()
+    if not jobs.n or bool(fit.all()) or not nodes.n:
+        return out
+    order = np.lexsort((jobs.job_id, jobs.eligible))
+    blocked = order[~fit[order]]
+    b = int(blocked[0])
+    need = int(jobs.nodes[b])
+    c, g, m = int(jobs.cpus[b]), int(jobs.gpus[b]), int(jobs.mem[b])
+    never = np.iinfo(np.int64).max
+    now_ok = usable_nodes(nodes, c, g, m, bool(jobs.exclusive[b]))
+    ever = nodes.up & (nodes.cap_c >= c) & (nodes.cap_g >= g)  # once its jobs end
+    if m:
+        ever &= nodes.cap_m >= m
+    at = np.where(now_ok, 0, np.where(ever, np.where(nodes.idle, 0, nodes.remaining), never))
+    if int(np.count_nonzero(at < never)) < need:
+        return out  # it can never start here: nothing is reserved for it
+    first = np.argsort(at, kind="stable")[:need]
+    shadow = int(at[first[-1]])
+    pos = np.empty(jobs.n, dtype=np.int64)
+    pos[order] = np.arange(jobs.n)
+    later = fit & (pos > pos[b])
+    in_time = (jobs.limit > 0) & (jobs.limit <= shadow)
+    test = later & ~in_time
+    if test.any():
+        outside = np.ones(nodes.n, dtype=bool)
+        outside[first] = False
+        out[test] = _fits(jobs, nodes, outside)[test]
     return out
 
 

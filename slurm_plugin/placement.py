@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .features import NodesRaw
+from .features import NodesRaw, usable_nodes
 
 __all__ = ["Candidates", "candidates", "usable_nodes"]
 
@@ -51,18 +51,6 @@ class Candidates:
         """Node indices of candidate ``k`` (sorted)."""
         out: np.ndarray = np.flatnonzero(self.sets[k])
         return out
-
-
-def usable_nodes(nodes: NodesRaw, cpus: int, gpus: int, mem: int, exclusive: bool
-                 ) -> np.ndarray:
-    """Mask of nodes that can take one node's share of the request now."""
-    if exclusive:
-        out: np.ndarray = nodes.up & nodes.idle
-        return out
-    ok = nodes.up & (nodes.free_c >= cpus) & (nodes.free_g >= gpus)
-    if mem:
-        ok &= nodes.free_m >= mem
-    return ok
 
 
 def _best_fit(nodes: NodesRaw, idx: np.ndarray, k: int) -> np.ndarray:

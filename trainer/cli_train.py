@@ -545,9 +545,12 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     _write_json(rep, out / "imitation.json")
     test = report.metrics.get("test", {})
     if test:
+        bf = test.get("fifo_backfill")
         click.echo(f"imitation: test top-1 {test['net']['top1']:.3f} (FIFO"
-                   f" {test['fifo']['top1']:.3f}, random {test['random']['top1']:.3f}),"
-                   f" top-5 {test['net']['top5']:.3f}", err=True)
+                   f" {test['fifo']['top1']:.3f}"
+                   + (f", FIFO with EASY backfill {bf['top1']:.3f}" if bf else "")
+                   + f", random {test['random']['top1']:.3f}), top-5"
+                   f" {test['net']['top5']:.3f}", err=True)
     if report.est_prior is not None:
         click.echo(f"imitation: est_prior (weight of shortest estimate first) fitted"
                    f" {report.est_prior:.2f}, trained {report.est_prior_final:.2f}", err=True)
@@ -715,7 +718,8 @@ def imitate_cmd(**kwargs: Any) -> None:
     """Imitate the site's own scheduling decisions (DL²'s warm start).
 
     Writes imitation.pt (a policy checkpoint), imitation.json (top-1/top-5 agreement
-    on the later, held-out period against FIFO and random) and config.json.
+    on the later, held-out period against FIFO, FIFO with EASY backfill, the recorded
+    priority when the history has it, and random) and config.json.
     """
     cmd = _resolve(ImitateCommand, kwargs)
     data = _load(cmd)

@@ -494,15 +494,19 @@ class Demo:
                           place_trained=place_head_learned(rep.stats))
         test = rep.metrics.get("test") or rep.metrics.get("val") or {}
         net_m, fifo_m = test.get("net", {}), test.get("fifo", {})
+        bf_m = test.get("fifo_backfill", {})
         self.summary["imitation"] = {"best_epoch": rep.best_epoch, "splits": rep.splits,
                                      "test_top1": net_m.get("top1"),
                                      "test_top5": net_m.get("top5"),
                                      "fifo_top1": fifo_m.get("top1"),
+                                     "fifo_backfill_top1": bf_m.get("top1"),
                                      "prior_alone": rep.prior_alone}
         if net_m:
             self.say(f"  {rep.splits} decisions; held-out agreement with the site's"
                      f" scheduler: top-1 {net_m['top1']:.1%}, top-5 {net_m['top5']:.1%}"
-                     f" (FIFO order: top-1 {fifo_m.get('top1', float('nan')):.1%})")
+                     f" (FIFO order: top-1 {fifo_m.get('top1', float('nan')):.1%}"
+                     + (f"; FIFO with EASY backfill: {bf_m['top1']:.1%}" if bf_m else "")
+                     + ")")
         if rep.prior_alone:
             self.say("  the fitted prior alone agreed at least as well as the trained"
                      " job head on the validation decisions: the net orders by it alone")

@@ -34,7 +34,10 @@ Training (:func:`train_imitation`)
     Adam; the weights of the epoch with the best validation top-1 are kept.
     Agreement (top-1, top-5) on the held-out test decisions is reported for the net and
     for references ranking the jobs that fit now: FIFO (earliest eligible first),
-    the record's priority when the history has one, and a uniformly random choice.
+    FIFO with EASY backfill (the earliest eligible among the jobs that would not delay
+    the oldest job that cannot start, :func:`slurm_plugin.features.backfill_ok`: how
+    much of the history a first-come-first-served Slurm with backfill explains), the
+    record's priority when the history has one, and a uniformly random choice.
     The same records, config and seed give identical weights.
 """
 
@@ -56,7 +59,13 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from db.records import JobRecord
 from slurm_plugin.cluster import ClusterSpec
-from slurm_plugin.features import Normalisation, Observation, UserHistory, featurize
+from slurm_plugin.features import (
+    Normalisation,
+    Observation,
+    UserHistory,
+    backfill_ok,
+    featurize,
+)
 from slurm_plugin.placement import candidates
 from slurm_plugin.slurm.hostlist import compress
 
@@ -127,6 +136,8 @@ class Decision:
         cand_match: ``(K,)`` candidates that span the recorded leaves.
         priority: Per visible row, the record's priority (``NaN``: unknown); ``None``
             when the history has none.
+        backfill: Per visible row, :func:`~slurm_plugin.features.backfill_ok` (fits
+            now and would not delay the oldest job that does not); ``None``: not known.
     """
 
     obs: Observation
@@ -137,6 +148,7 @@ class Decision:
     cand_sets: np.ndarray | None = None
     cand_match: np.ndarray | None = None
     priority: np.ndarray | None = None
+    backfill: np.ndarray | None = None
 
     @property
     def feasible(self) -> int:
@@ -354,7 +366,7 @@ def _decision(jobs: JobTable, cl: Cluster, state: NodeState, hist: UserHistory, 
         elif len(cands) >= 2:
             stats[PLACE_NO_MATCH] += 1
     return Decision(obs, chosen, int(jobs.job_id[j]), int(jobs.submit[j]), t, sets, match,
-                    None if prio is None else prio[vis])
+                    None if prio is None else prio[vis], backfill_ok(jr, nr, obs.job_mask))
 
 
 def records_from_sim(records: Iterable[JobRecord], result: SimResult) -> list[JobRecord]:
@@ -489,11 +501,16 @@ def agreement(ranks: Sequence[int], feasible: Sequence[int], ks: Sequence[int] =
 def _reference_ranks(decisions: Sequence[Decision], has_priority: bool
                      ) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"fifo": []}
+    if all(d.backfill is not None for d in decisions):
+        out["fifo_backfill"] = []
     if has_priority:
         out["priority"] = []
     for d in decisions:
         m = d.obs.job_mask
-        out["fifo"].append(_rank(-np.arange(m.size, dtype=np.float64), m, d.chosen))
+        fifo = -np.arange(m.size, dtype=np.float64)
+        out["fifo"].append(_rank(fifo, m, d.chosen))
+        if d.backfill is not None and "fifo_backfill" in out:
+            out["fifo_backfill"].append(_rank(fifo + 2.0 * m.size * d.backfill, m, d.chosen))
         if has_priority and d.priority is not None:
             p = np.where(np.isnan(d.priority), -np.inf, d.priority)
             out["priority"].append(_rank(p, m, d.chosen))
@@ -643,7 +660,8 @@ class ImitationReport:
         stats: Reconstruction counters.
         splits: Decisions per split.
         metrics: ``{split: {method: {top1, top5, top1_nontrivial, decisions}}}`` for
-            ``net``, ``fifo``, ``random`` and ``priority`` (when the records have it);
+            ``net``, ``fifo``, ``fifo_backfill``, ``random`` and ``priority`` (when the
+            records have it);
             ``placement`` holds the net's, the first candidate's and random top-1 on
             labelled placement decisions.
         history: Per epoch: mean training loss and validation top-1.

@@ -344,6 +344,7 @@ def _imitation(rep: Any) -> str:
     m = rep["metrics"][split]
     rows = []
     for name, label in (("net", "the policy net"), ("fifo", "FIFO order (reference)"),
+                        ("fifo_backfill", "FIFO with EASY backfill (reference)"),
                         ("priority", "recorded priority (reference)"),
                         ("random", "random choice (reference)")):
         a = m.get(name)
@@ -366,6 +367,10 @@ def _imitation(rep: Any) -> str:
             f" splits: {esc(', '.join(f'{k} {v}' for k, v in splits.items()))}; best epoch"
             f" {esc(rep.get('best_epoch'))}): how often the job the scheduler started is the"
             " net's first choice (top-1) or among its first five."
+            + (" FIFO with EASY backfill picks the earliest arrival among the jobs that"
+               " fit without delaying the oldest job that cannot start: what a"
+               " first-come-first-served Slurm with backfill would start."
+               if m.get("fifo_backfill") else "")
             + (" The net orders jobs by its fitted prior alone (<code>"
                + ("area_prior" if rep.get("area_prior") is not None else "est_prior")
                + "</code>): that agreed with the scheduler at least as well"

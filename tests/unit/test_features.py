@@ -45,6 +45,63 @@ def test_fits_now_by_hand():
     assert F.fits_now(jobs3(), down).tolist() == [True, False, False]
 
 
+def _bf_nodes(free_c, free_g, idle, remaining, up=(1, 1, 1, 1)):
+    """Four 8-CPU/4-GPU nodes on two leaves."""
+    return F.NodesRaw.build(cap_c=[8] * 4, cap_g=[4] * 4, cap_m=[0] * 4, free_c=free_c,
+                            free_g=free_g, free_m=[0] * 4, idle=idle, up=list(up),
+                            remaining=remaining, leaf=[0, 0, 1, 1])
+
+
+def _bf_jobs(reqs):
+    """Jobs in arrival order from ``(nodes, cpus, gpus, limit)``."""
+    n = len(reqs)
+    return F.JobsRaw.build(
+        job_id=list(range(1, n + 1)), eligible=list(range(n)),
+        limit=[r[3] for r in reqs], nodes=[r[0] for r in reqs], cpus=[r[1] for r in reqs],
+        gpus=[r[2] for r in reqs], mem=[0] * n, exclusive=[False] * n, user=[0] * n,
+        est_run=[0] * n, usage_share=[0] * n, locality=[0] * n)
+
+
+def test_backfill_ok_by_hand():
+    # node 0 idle; 1 and 2 full until 100 and 300 s; node 3 half free until 50 s
+    nodes = _bf_nodes([8, 0, 0, 4], [4, 0, 0, 2], [1, 0, 0, 0], [0, 100, 300, 50])
+    jobs = _bf_jobs([
+        (1, 4, 1, 1000),     # older than the blocked job: the main scheduler starts it
+        (3, 8, 4, 3600),     # blocked: only node 0 is whole now; reservation on 0, 3, 1
+        (1, 4, 1, 100),      # ends by the reservation's start (100 s)
+        (1, 4, 1, 101),      # one second too long, and every node it fits is reserved
+        (1, 4, 1, 0),        # unknown limit: not known to end in time
+        (2, 4, 1, 50),       # two nodes, ends in time
+        (1, 8, 4, 10 ** 6),  # only node 0 holds it, and node 0 is reserved
+        (2, 8, 4, 10),       # does not fit now
+    ])
+    assert F.fits_now(jobs, nodes).tolist() == [True, False, True, True, True, True, True,
+                                                 False]
+    assert F.backfill_ok(jobs, nodes).tolist() == [True, False, True, False, False, True,
+                                                   False, False]
+
+
+def test_backfill_ok_outside_the_reservation_and_without_one():
+    # the blocked job needs 2 whole nodes: node 0 now, node 1 at 100 s (reserved);
+    # node 3 (half free until 500 s) and node 2 (until 300 s) are not needed by then
+    nodes = _bf_nodes([8, 0, 0, 4], [4, 0, 0, 2], [1, 0, 0, 0], [0, 100, 300, 500])
+    jobs = _bf_jobs([(2, 8, 4, 3600), (1, 4, 1, 10 ** 6), (1, 8, 4, 10 ** 6)])
+    assert F.backfill_ok(jobs, nodes).tolist() == [False, True, False]
+    # node 1 down: the blocked job's reservation moves to node 2 (300 s), so a job
+    # that ends within 300 s may use node 0
+    down = _bf_nodes([8, 0, 0, 4], [4, 0, 0, 2], [1, 0, 0, 0], [0, 100, 300, 500],
+                     up=(1, 0, 1, 1))
+    jobs = _bf_jobs([(2, 8, 4, 3600), (1, 8, 4, 300), (1, 8, 4, 301)])
+    assert F.backfill_ok(jobs, down).tolist() == [False, True, False]
+    # a blocked job that can never start here (5 nodes of 4) reserves nothing
+    jobs = _bf_jobs([(5, 1, 0, 60), (1, 8, 4, 10 ** 6)])
+    assert F.backfill_ok(jobs, nodes).tolist() == [False, True]
+    # nothing blocked: every job that fits
+    jobs = _bf_jobs([(1, 4, 1, 10 ** 6), (1, 2, 1, 0)])
+    assert F.backfill_ok(jobs, nodes).tolist() == [True, True]
+    assert F.backfill_ok(F.JobsRaw.empty(), nodes).tolist() == []
+
+
 def test_featurize_values_by_hand():
     obs = F.featurize(100, jobs3(), nodes4())
     assert obs.jobs.shape == (3, len(F.JOB_FEATURES))
@@ -102,6 +159,7 @@ def test_featurize_finite_and_fits_matches_brute_force(reqs, nodes):
         usage_share=[0] * len(reqs), locality=[0] * len(reqs))
     obs = F.featurize(10, jr, nr)
     assert np.isfinite(obs.jobs).all() and np.isfinite(obs.nodes).all()
+    assert not (F.backfill_ok(jr, nr) & ~obs.job_mask).any()  # only jobs that fit now
     for k in range(jr.n):
         ok = usable_nodes(nr, int(jr.cpus[k]), int(jr.gpus[k]), 0, bool(jr.exclusive[k]))
         assert obs.job_mask[k] == (ok.sum() >= jr.nodes[k])
@@ -195,3 +253,4 @@ def test_observe_from_simulator_state_matches_live_semantics():
     assert obs2.nodes[0, ncol["log_remaining"]] == pytest.approx(np.log1p(1.0))
     gcol = {n: i for i, n in enumerate(F.GLOBAL_FEATURES)}
     assert obs2.globals[gcol["used_gpus"]] == pytest.approx(cl.cap_g[0] / cl.total_gpus)
+

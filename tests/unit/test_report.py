@@ -228,3 +228,20 @@ def test_imitation_section_names_the_prior_the_net_orders_by():
     assert "alone (<code>est_prior</code>)" in _imitation(rep)
     assert "alone (<code>area_prior</code>)" in _imitation({**rep, "area_prior": 0.79})
     assert "alone" not in _imitation({**rep, "prior_alone": False})
+
+
+def test_imitation_section_shows_the_easy_backfill_reference():
+    from trainer.report import _imitation
+
+    row = {"top1_nontrivial": 0.5, "decisions": 10.0}
+    rep = {"metrics": {"test": {
+        "net": {"top1": 0.4, "top5": 0.7, **row}, "fifo": {"top1": 0.6, "top5": 0.9, **row},
+        "fifo_backfill": {"top1": 0.997, "top5": 1.0, **row},
+        "placement": {"decisions": 0.0}}}}
+    html = _imitation(rep)
+    assert "<td>FIFO with EASY backfill (reference)</td><td>99.7%</td>" in html
+    assert "without delaying the oldest job that cannot start" in html
+    # an imitation report written before the reference existed has neither
+    del rep["metrics"]["test"]["fifo_backfill"]
+    assert "EASY" not in _imitation(rep)
+
