@@ -254,3 +254,19 @@ def test_observe_from_simulator_state_matches_live_semantics():
     gcol = {n: i for i, n in enumerate(F.GLOBAL_FEATURES)}
     assert obs2.globals[gcol["used_gpus"]] == pytest.approx(cl.cap_g[0] / cl.total_gpus)
 
+def test_a_node_table_from_the_simulator_is_a_snapshot():
+    """A NodesRaw kept past the moment it was read does not change as the replay goes on."""
+    from trainer.sim import workload as w
+    from trainer.sim.observe import nodes_raw
+    from trainer.sim.state import Cluster, NodeState
+
+    cl = Cluster.from_spec(w.default_cluster(w.WorkloadConfig(num_jobs=4, seed=3)))
+    state = NodeState(cl)
+    before = nodes_raw(cl, state, 0)
+    state.allocate_shared(np.array([0, 1]), 2, 1, 1000, 3600, 60)
+    after = nodes_raw(cl, state, 0)
+    assert after.free_c[0] == cl.cap_c[0] - 2 and after.free_g[1] == cl.cap_g[1] - 1
+    assert not after.idle[0]
+    assert before.free_c.tolist() == cl.cap_c.tolist()
+    assert before.free_g.tolist() == cl.cap_g.tolist() and before.idle.all()
+    assert before.remaining.tolist() == [0] * cl.num_nodes

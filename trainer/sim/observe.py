@@ -46,7 +46,8 @@ def nodes_raw(cluster: Cluster, state: NodeState, now: int) -> NodesRaw:
     return NodesRaw(
         cap_c=cluster.cap_c.astype(np.int64), cap_g=cluster.cap_g.astype(np.int64),
         cap_m=np.where(known_m, cluster.cap_m, 0).astype(np.int64),
-        free_c=np.asarray(free_c, dtype=np.int64), free_g=np.asarray(free_g, dtype=np.int64),
+        # copies: a table kept past this call must not follow the replay's state
+        free_c=np.array(free_c, dtype=np.int64), free_g=np.array(free_g, dtype=np.int64),
         free_m=np.where(known_m, free_m, 0).astype(np.int64),
         idle=idle, up=np.ones(cluster.num_nodes, dtype=bool),
         remaining=rem.astype(np.int64), leaf=cluster.leaf_of.astype(np.int64),
