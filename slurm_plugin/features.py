@@ -352,6 +352,12 @@ def _fits(jobs: JobsRaw, nodes: NodesRaw, among: np.ndarray | None = None) -> np
     return out
 
 
+def _arrival_order(jobs: JobsRaw) -> np.ndarray:
+    """Rows in arrival order: eligible time, then job id (``arrival_rank``'s order)."""
+    out: np.ndarray = np.lexsort((jobs.job_id, jobs.eligible))
+    return out
+
+
 def fits_now(jobs: JobsRaw, nodes: NodesRaw) -> np.ndarray:
     """Per job: enough usable nodes have the free resources it asks for, now."""
     if not jobs.n:
@@ -387,7 +393,7 @@ def backfill_ok(jobs: JobsRaw, nodes: NodesRaw, fit: np.ndarray | None = None
     out = fit.copy()
     if not jobs.n or bool(fit.all()) or not nodes.n:
         return out
-    order = np.lexsort((jobs.job_id, jobs.eligible))
+    order = _arrival_order(jobs)
     blocked = order[~fit[order]]
     b = int(blocked[0])
     need = int(jobs.nodes[b])
@@ -458,7 +464,7 @@ def featurize(now: int, jobs: JobsRaw, nodes: NodesRaw,
         jf[:, 10] = np.clip(jobs.locality, 0.0, 1.0)
         jf[:, 11] = jobs.exclusive
         jf[:, 12] = fit
-        order = np.lexsort((jobs.job_id, jobs.eligible))
+        order = _arrival_order(jobs)
         rank = np.empty(j, dtype=np.float64)
         rank[order] = np.arange(j, dtype=np.float64) / j
         jf[:, 13] = rank

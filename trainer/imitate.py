@@ -501,7 +501,8 @@ def agreement(ranks: Sequence[int], feasible: Sequence[int], ks: Sequence[int] =
 def _reference_ranks(decisions: Sequence[Decision], has_priority: bool
                      ) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"fifo": []}
-    if all(d.backfill is not None for d in decisions):
+    backfill = all(d.backfill is not None for d in decisions)
+    if backfill:
         out["fifo_backfill"] = []
     if has_priority:
         out["priority"] = []
@@ -509,8 +510,9 @@ def _reference_ranks(decisions: Sequence[Decision], has_priority: bool
         m = d.obs.job_mask
         fifo = -np.arange(m.size, dtype=np.float64)
         out["fifo"].append(_rank(fifo, m, d.chosen))
-        if d.backfill is not None and "fifo_backfill" in out:
-            out["fifo_backfill"].append(_rank(fifo + 2.0 * m.size * d.backfill, m, d.chosen))
+        if backfill:  # the backfill rows first, each part in arrival order
+            out["fifo_backfill"].append(_rank(fifo + 2.0 * m.size * np.asarray(d.backfill),
+                                              m, d.chosen))
         if has_priority and d.priority is not None:
             p = np.where(np.isnan(d.priority), -np.inf, d.priority)
             out["priority"].append(_rank(p, m, d.chosen))
