@@ -21,27 +21,38 @@ wall time):
    the first ``jobs`` jobs by submit time.
 5. ``imitation``: :func:`trainer.imitate.train_imitation` (DL²'s warm start): the net
    learns the history's decisions; agreement on held-out later decisions.
-6. ``rl``: :func:`trainer.rl.train` from the imitation weights (PPO by default) on
-   windows of the training period (``rl/best.pt``: best on RL's validation window).
-7. ``select``: the checkpoint to deploy, among the imitation net and RL's best and last,
-   is the one with the lowest mean bounded slowdown when the validation period is
-   replayed in the simulator exactly as the test period is (warm-started, under Slurm's
-   main loop and backfill; :func:`trainer.evaluate.evaluate` with the validation period
-   as its "test"). The test period is still never looked at.
-8. ``export``: :func:`exporter.onnx_export.export` of that checkpoint (parity with
+6. ``teacher``: RL's warm start (``teacher``, default ``best``). Every baseline that
+   reads no recorded run time, and the incumbent's ``slurm``, replays the jobs before
+   the test period (:func:`trainer.evaluate.pick_teacher`); when the best of them beats
+   the incumbent there (:func:`warm_teacher`), a second net imitates a replay of it
+   (``imitation/teacher.pt``) and RL starts from that one, else from the net of step 5.
+   DL² warm-starts from the incumbent; a site's history often holds a better order
+   than the one its Slurm ran, and RL's few minutes here rarely find it from the
+   incumbent's copy (on seeds 0 to 4 of the default workload the exported model beat
+   Slurm's mean bounded slowdown on 2 of 5 test periods from that copy, on 4 of 5 from
+   the best order; see the admin guide, section 3).
+7. ``rl``: :func:`trainer.rl.train` from the warm start (PPO by default) on windows of
+   the training period (``rl/best.pt``: best on RL's validation window).
+8. ``select``: the checkpoint to deploy, among the imitation net, the teacher's net and
+   RL's best and last, is the one with the lowest mean bounded slowdown when the
+   validation period is replayed in the simulator exactly as the test period is
+   (warm-started, under Slurm's main loop and backfill; :func:`trainer.evaluate.evaluate`
+   with the validation period as its "test"). The test period is still never looked at.
+9. ``export``: :func:`exporter.onnx_export.export` of that checkpoint (parity with
    torch on simulator observations) and ``rlsched verify`` on the result.
-9. ``guard``: the helper's starvation guard for that model, chosen on the validation
+10. ``guard``: the helper's starvation guard for that model, chosen on the validation
    period and the periods just before it as ``rlsched tune-guard`` chooses it
    (:func:`trainer.guard.sweep` over :func:`trainer.guard.default_windows` windows: each
    limit of :data:`trainer.guard.DEFAULT_LIMITS` in both orders, the lowest mean bounded
    slowdown within Slurm's p99-wait and utilisation bounds); printed as the
    ``helper.toml`` lines to set.
-10. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
-   (``policy``, behind the chosen guard, as it would be deployed) and the imitation
-   checkpoint (``imitation``, behind the same guard) against every baseline on the
-   test period (the last 20% of the jobs, never seen in training), with the quality
-   targets; the headline table goes into the model card.
-11. ``report``: :func:`trainer.report.build_report`: ``report.html``.
+11. ``evaluate``: :func:`trainer.evaluate.evaluate`: the exported ONNX model
+   (``policy``, behind the chosen guard, as it would be deployed), the imitation
+   checkpoint (``imitation``) and the teacher's net (``teacher``, when one was trained),
+   behind the same guard, against every baseline on the test period (the last 20% of
+   the jobs, never seen in training), with the quality targets; the headline table
+   goes into the model card.
+12. ``report``: :func:`trainer.report.build_report`: ``report.html``.
 
 Run directory (``--out``, default ``./rlsched-demo``)::
 
@@ -53,7 +64,8 @@ Run directory (``--out``, default ``./rlsched-demo``)::
     history/slurm.json       metrics of the incumbent Slurm over the whole history
     history/ingest.txt       what rlsched ingest printed
     store.db                 the SQLite job-history store
-    imitation/imitation.pt   imitation checkpoint; report.json, curves.png
+    imitation/imitation.pt   imitation checkpoint; report.json, curves.png; teacher.pt
+                             (the teacher's net, when one was imitated)
     rl/                      best.pt (exported), last.pt, state.pt, curves.json/.png
     model.onnx               the compiled policy, with model.onnx.card.json and verify.txt
     guard/                   guard.json, guard.png: the starvation guard chosen
@@ -83,8 +95,8 @@ import click
 
 from slurm_plugin.fsio import atomic_write
 
-__all__ = ["BUDGETS", "STAGES", "Budget", "Demo", "DemoConfig", "demo", "resolve_budget",
-           "run_demo"]
+__all__ = ["BUDGETS", "STAGES", "TEACHER_MARGIN", "Budget", "Demo", "DemoConfig", "demo",
+           "resolve_budget", "run_demo", "warm_teacher"]
 
 #: Packages the demo needs (the ``train`` and ``export`` extras).
 NEEDS = ("torch", "gymnasium", "matplotlib", "tqdm", "onnx", "onnxruntime")
@@ -93,6 +105,28 @@ NEEDS = ("torch", "gymnasium", "matplotlib", "tqdm", "onnx", "onnxruntime")
 ARTIFACTS = ("config.json", "run.json", "history", "store.db", "imitation", "rl",
              "model.onnx", "model.onnx.card.json", "verify.txt", "guard", "eval",
              "report.html")
+
+
+#: How much lower than the incumbent's a teacher's mean bounded slowdown must be (a
+#: share of the incumbent's) for RL to start from it (:func:`warm_teacher`).
+TEACHER_MARGIN = 0.01
+
+
+def warm_teacher(scores: dict[str, float], incumbent: str = "slurm",
+                 margin: float = TEACHER_MARGIN) -> str | None:
+    """The order to imitate for RL's warm start, or ``None`` for the history's own net.
+
+    ``scores`` are mean bounded slowdowns before the test period
+    (:func:`trainer.evaluate.pick_teacher`), ``incumbent`` among them. The lowest
+    (ties: the first name) when it is more than ``margin`` (a share) below the
+    incumbent's; otherwise ``None``: no order does clearly better than what the site
+    runs (on a lightly loaded history every order scores about 1), so RL starts from
+    the net that imitates it.
+    """
+    best = min(scores, key=lambda n: (scores[n], n))
+    if best == incumbent or scores[best] >= (1.0 - margin) * scores[incumbent]:
+        return None
+    return best
 
 
 # ---------------------------------------------------------------------------- config
@@ -190,6 +224,13 @@ class DemoConfig:
     switches runs slower), ``none`` for SWF traces."""
     algo: str = "ppo"
     """RL algorithm (``trainer.rl.ALGORITHMS``)."""
+    teacher: str = "best"
+    """RL's warm start (stage ``teacher``): ``history``, the net imitating the site's
+    scheduler (DL²'s warm start); ``best``, the baseline that reads no recorded run time
+    with the lowest mean bounded slowdown over the jobs before the test period
+    (:func:`trainer.evaluate.pick_teacher`), imitated when it is more than
+    :data:`TEACHER_MARGIN` below the incumbent's ``slurm`` replay there
+    (:func:`warm_teacher`), else the history's net; or a baseline name (imitated)."""
     train: float = 0.7
     """Share of the jobs (first by arrival) that train imitation and RL."""
     val: float = 0.1
@@ -215,6 +256,11 @@ class DemoConfig:
         from .sim.limits import check_missing_limits
 
         check_missing_limits(self.missing_limits)
+        from .sim.policies import BASELINES
+
+        if self.teacher not in ("history", "best") and self.teacher not in BASELINES:
+            raise ValueError(f"unknown teacher {self.teacher!r}: history, best or one of"
+                             f" {', '.join(sorted(BASELINES))}")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -511,6 +557,61 @@ class Demo:
             self.say("  the fitted prior alone agreed at least as well as the trained"
                      " job head on the validation decisions: the net orders by it alone")
 
+    def teacher(self) -> None:
+        """Choose RL's warm start: the history's net, or a net imitating a better order."""
+        from .evaluate import pick_teacher, teacher_candidates
+        from .imitate import ImitationConfig, place_head_learned, replay_history, train_imitation
+        from .policy import PLACE_TRAINED, save_checkpoint
+        from .sim.policies import BASELINES
+        from .sim.slurm import SchedulerOptions
+
+        c, b = self.config, self.budget
+        self.state.update(warm_net=self.state["imitation_net"], warm_from="history",
+                          teacher_ck=None)
+        if c.teacher == "history":
+            self.summary["teacher"] = {"choice": "history"}
+            self.say("  RL starts from the net imitating the site's scheduler (--teacher"
+                     " history)")
+            return
+        jobs, cl = self.state["jobs"], self.state["cluster"]
+        scores: dict[str, float] = {}
+        if c.teacher == "best":
+            names = sorted(set(teacher_candidates()) | {"slurm"})
+            name, scores = pick_teacher(jobs, cl, speed_model=c.speed, seed=c.seed,
+                                        train=c.train, val=c.val, candidates=names)
+            ranked = sorted(scores, key=lambda n: (scores[n], n))
+            self.say("  mean bsld of the jobs before the test period: "
+                     + ", ".join(f"{n} {scores[n]:.3f}" for n in ranked[:5]) + ", ...")
+            if warm_teacher(scores) is None:
+                self.summary["teacher"] = {"choice": "history", "bsld_mean": scores,
+                                           "why": "no order beat the incumbent's"}
+                self.say("  no order beats the incumbent Slurm there: RL starts from the"
+                         " net imitating the site's scheduler")
+                return
+        else:
+            name = c.teacher
+        policy, opts = BASELINES[name].build(None, SchedulerOptions())
+        records, _ = replay_history(self.state["records"], jobs, cl, policy, opts,
+                                    seed=c.seed, speed_model=c.speed)
+        icfg = ImitationConfig(epochs=b.imitation_epochs, max_decisions=b.imitation_decisions,
+                               seed=c.seed, train=c.train, val=c.val, threads=c.threads,
+                               progress=self.show, teacher=name)
+        net, rep = train_imitation(records, self.state["spec"], icfg)
+        ck = self.out / "imitation" / "teacher.pt"
+        save_checkpoint(ck, net, extra={
+            "cluster": self.state["spec"].to_dict(),
+            "training": {"algorithm": f"imitation of {name}", "config": icfg.to_dict(),
+                         "window": self._window()},
+            "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
+        self.state.update(warm_net=net, warm_from=name, teacher_ck=ck)
+        test = (rep.metrics.get("test") or rep.metrics.get("val") or {}).get("net", {})
+        self.summary["teacher"] = {"choice": name, "bsld_mean": scores,
+                                   "test_top1": test.get("top1"),
+                                   "prior_alone": rep.prior_alone}
+        self.say(f"  RL starts from a net imitating {name} ({BASELINES[name].help}):"
+                 f" held-out top-1 {test.get('top1', float('nan')):.1%}"
+                 + (", by its prior alone" if rep.prior_alone else ""))
+
     def _window(self) -> dict[str, Any]:
         from .evaluate import time_split
 
@@ -538,10 +639,12 @@ class Demo:
         d.mkdir(parents=True, exist_ok=True)
         meta = {"cluster": self.state["spec"].to_dict(),
                 PLACE_TRAINED: self.state["place_trained"],  # (the head it starts from)
-                "training": {"algorithm": f"imitation + {c.algo}",
+                "training": {"algorithm": ("imitation" if self.state["warm_from"] == "history"
+                                           else f"imitation of {self.state['warm_from']}")
+                                          + f" + {c.algo}",
                              "config": {"train": tcfg.to_dict(), "algo": algo_cfg.to_dict()},
                              "window": self._window()}}
-        res = rl.train(spec, tcfg, algo_cfg, init=self.state["imitation_net"], out=d, meta=meta)
+        res = rl.train(spec, tcfg, algo_cfg, init=self.state["warm_net"], out=d, meta=meta)
         self.state.update(rl_result=res)
         val = res.curves.get("val", [])
         first = val[0].get(tcfg.val_metric) if val else None
@@ -550,7 +653,8 @@ class Demo:
                               "val_start": first, "wall_s": res.wall_s}
         best = res.best.get(tcfg.val_metric)
         self.say(f"  {res.updates} updates, {res.steps:,} steps; validation {tcfg.val_metric}:"
-                 f" {first if first is None else round(first, 3)} at the start (imitation),"
+                 f" {first if first is None else round(first, 3)} at the start"
+                 f" ({'imitation' if self.state['warm_from'] == 'history' else 'teacher'}),"
                  f" best {best if best is None else round(best, 3)} at update"
                  f" {res.best.get('update')}")
 
@@ -563,6 +667,8 @@ class Demo:
         jobs = self.state["jobs"]
         sp = time_split(jobs.n, c.train, c.val)
         cands = {"imitation": self.state["imitation_ck"]}
+        if self.state.get("teacher_ck") is not None:
+            cands["teacher"] = self.state["teacher_ck"]
         for name in ("best", "last"):
             p = self.out / "rl" / f"{name}.pt"
             if p.is_file():
@@ -640,7 +746,9 @@ class Demo:
         g = self.state.get("guard") or {}
         ecfg = EvalConfig(train=c.train, val=c.val, threads=c.threads, **g)
         res = evaluate(self.state["jobs"], self.state["cluster"],
-                       {"policy": self.state["model"], "imitation": self.state["imitation_ck"]},
+                       {"policy": self.state["model"], "imitation": self.state["imitation_ck"],
+                        **({"teacher": self.state["teacher_ck"]}
+                           if self.state.get("teacher_ck") is not None else {})},
                        ecfg, speed_model=c.speed, seed=c.seed, out=self.out / "eval",
                        progress=self.show, extra={"input": self.summary.get("store", {}),
                                                   "selected": self.state.get("selected")})
@@ -706,6 +814,7 @@ STAGES: list[tuple[str, str]] = [
     ("ingest", "ingest into the store (rlsched db init, rlsched ingest)"),
     ("load", "load the history back from the store"),
     ("imitation", "imitation of the site's scheduler"),
+    ("teacher", "RL's warm start: the best order before the test period"),
     ("rl", "reinforcement learning in the simulator"),
     ("select", "choose the checkpoint on the validation period"),
     ("export", "export to ONNX and verify"),
@@ -791,6 +900,10 @@ def _final_table(d: Demo) -> None:
               help="Time limits of a --trace that records none: run (each job's run time,"
                    " the default) or users (modelled user requests the policy sees too).")
 @click.option("--algo", help="RL algorithm: ppo (default), a2c, dqn, reinforce, cem.")
+@click.option("--teacher", help="RL's warm start: best (default: the order with the lowest"
+                                " mean bsld before the test period, imitated when it beats"
+                                " the incumbent Slurm there), history (the net imitating the"
+                                " site's scheduler), or a baseline name.")
 @click.option("--force", is_flag=True, default=None,
               help="Replace the artifacts of an earlier run in --out.")
 def demo(**kwargs: Any) -> None:
@@ -799,7 +912,9 @@ def demo(**kwargs: Any) -> None:
     A seeded synthetic workload on 16 nodes x 8 GPUs in 4 leaf switches; its history
     under the incumbent Slurm (multifactor priority, EASY backfill) written as a sacct
     dump and ingested into an SQLite store with rlsched ingest; imitation of that
-    Slurm, then RL in the simulator; export to ONNX and verify; evaluation against
+    Slurm; RL in the simulator from that net, or from a net imitating the best order
+    before the test period when one beats Slurm there (--teacher); the checkpoint
+    chosen on the validation period; export to ONNX and verify; evaluation against
     every baseline on the last 20% of the jobs (never seen in training); and a
     self-contained HTML report. About 3 minutes on 2 cores with the default budget.
     """

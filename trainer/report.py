@@ -451,6 +451,19 @@ def _setup(cfg: Any, run_info: Any, ev: Mapping[str, Any]) -> str:
                  + ("a job spread over servers and leaf switches runs slower."
                     if ev.get("speed_model") not in (None, "none") else
                     "run times as recorded."))
+    teacher = summary.get("teacher") or {}
+    if teacher.get("choice") not in (None, "history"):
+        sc = teacher.get("bsld_mean") or {}
+        parts.append(f"RL started from a net imitating <code>{esc(teacher['choice'])}</code>"
+                     f" (<code>teacher</code>), the order with the lowest mean bounded"
+                     f" slowdown over the jobs before the test period"
+                     f" ({_num(sc.get(teacher['choice']))} against the incumbent Slurm's"
+                     f" {_num(sc.get('slurm'))}), not from the net imitating the"
+                     f" site's scheduler (<code>imitation</code>).")
+    elif teacher:
+        parts.append("RL started from the net imitating the site's scheduler"
+                     + (" (no order beat the incumbent Slurm before the test period)."
+                        if teacher.get("why") else "."))
     sel = summary.get("selection") or {}
     if sel.get("val_bsld_mean"):
         shown = ", ".join(f"{esc(k)} {float(v):.3f}" for k, v in sel["val_bsld_mean"].items())

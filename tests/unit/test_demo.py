@@ -22,6 +22,7 @@ from trainer.demo import (  # noqa: E402
     DemoConfig,
     _prepare_out,
     resolve_budget,
+    warm_teacher,
 )
 from trainer.guard import grid  # noqa: E402
 from trainer.sim.policies import BASELINES  # noqa: E402
@@ -40,7 +41,7 @@ def _demo(*args: str):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "run"
-    res = _demo("--jobs", "200", "--budget", "tiny", "--out", str(out), "--seed", "3")
+    res = _demo("--jobs", "200", "--budget", "tiny", "--out", str(out), "--seed", "5")
     return out, res.output
 
 
@@ -95,7 +96,10 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     card = json.loads((out / "model.onnx.card.json").read_text())
     assert card["sha256"] == hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest()
     assert card["cluster"]["name"] == "demo" and card["cluster"]["leaves"] == 4
-    assert card["training"]["algorithm"] in ("imitation", "imitation + ppo")
+    run = json.loads((out / "run.json").read_text())
+    warm = run["summary"]["teacher"]["choice"]
+    start = "imitation" if warm == "history" else f"imitation of {warm}"
+    assert card["training"]["algorithm"] in (start, f"{start} + ppo", "imitation")
     ev = card["evaluation"]
     assert ev["period"] == "test" and ev["rows"][0][0] == "policy"
     assert "OK: the helper may use this model" in (out / "verify.txt").read_text()
@@ -103,9 +107,8 @@ def test_model_is_exported_verified_and_evaluated(tiny):
 
     assert load_model(out / "model.onnx").sha256 == card["sha256"]  # the helper's checks
     data = json.loads((out / "eval" / "eval.json").read_text())
-    assert data["models"] == ["policy", "imitation"]
+    assert data["models"] == ["policy", "imitation"] + (["teacher"] if warm != "history" else [])
     assert data["split"]["test"]["jobs"] == 40  # the last 20% of 200
-    run = json.loads((out / "run.json").read_text())
     sel = run["summary"]["selection"]
     assert sel["chosen"] in sel["val_bsld_mean"]
     assert sel["val_bsld_mean"][sel["chosen"]] == min(sel["val_bsld_mean"].values())
@@ -123,6 +126,53 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     assert data["targets"]["starvation_order"] == chosen["order"]
 
 
+def test_rl_starts_from_the_best_order_before_the_test_period(tiny):
+    from trainer.policy import load_checkpoint
+
+    out, output = tiny
+    run = json.loads((out / "run.json").read_text())
+    t = run["summary"]["teacher"]
+    scores = t["bsld_mean"]
+    assert "slurm" in scores and all(not BASELINES[n].oracle for n in scores)
+    assert t["choice"] == (warm_teacher(scores) or "history")
+    assert t["choice"] != "history", "seed 5's history has an order better than its Slurm"
+    assert scores[t["choice"]] < scores["slurm"]
+    assert f"RL starts from a net imitating {t['choice']}" in output
+    teacher = load_checkpoint(out / "imitation" / "teacher.pt")
+    assert teacher.extra["training"]["algorithm"] == f"imitation of {t['choice']}"
+    assert teacher.extra["imitation"]["config"]["teacher"] == t["choice"]
+    rl = load_checkpoint(out / "rl" / "best.pt")
+    assert rl.extra["training"]["algorithm"] == f"imitation of {t['choice']} + ppo"
+    sel = run["summary"]["selection"]["val_bsld_mean"]
+    assert set(sel) == {"imitation", "teacher", "rl-best", "rl-last"}
+
+
+def test_warm_teacher_by_hand():
+    assert warm_teacher({"slurm": 4.0, "fifo": 4.0, "sef": 1.8, "sjf": 1.8}) == "sef"
+    assert warm_teacher({"slurm": 4.0, "fifo": 4.0}) is None  # a tie is no better
+    assert warm_teacher({"slurm": 1.3, "sef": 1.4}) is None
+    # a light history: every order about 1, none clearly better than the incumbent's
+    assert warm_teacher({"slurm": 1.0001, "gandiva": 1.0, "sef": 1.00005}) is None
+    assert warm_teacher({"slurm": 2.0, "sef": 1.985}) is None  # within 1%
+    assert warm_teacher({"slurm": 2.0, "sef": 1.975}) == "sef"
+    assert warm_teacher({"slurm": 2.0, "sef": 1.985}, margin=0.0) == "sef"
+    assert warm_teacher({"fifo": 2.0, "sjf": 1.0}, incumbent="fifo") == "sjf"
+
+
+def test_history_teacher_keeps_the_incumbents_copy(tmp_path):
+    out = tmp_path / "hist"
+    res = _demo("--jobs", "200", "--budget", "tiny", "--out", str(out), "--seed", "5",
+                "--teacher", "history")
+    run = json.loads((out / "run.json").read_text())
+    assert run["summary"]["teacher"] == {"choice": "history"}
+    assert not (out / "imitation" / "teacher.pt").exists()
+    assert "RL starts from the net imitating the site's scheduler" in res.output
+    assert json.loads((out / "eval" / "eval.json").read_text())["models"] == [
+        "policy", "imitation"]
+    assert set(run["summary"]["selection"]["val_bsld_mean"]) == {
+        "imitation", "rl-best", "rl-last"}
+
+
 def test_report_is_written(tiny):
     out, _ = tiny
     page = (out / "report.html").read_text()
@@ -134,7 +184,7 @@ def test_report_is_written(tiny):
 def test_same_seed_same_run(tiny, tmp_path):
     out, _ = tiny
     again = tmp_path / "again"
-    _demo("--jobs", "200", "--budget", "tiny", "--out", str(again), "--seed", "3")
+    _demo("--jobs", "200", "--budget", "tiny", "--out", str(again), "--seed", "5")
     a = json.loads((out / "eval" / "eval.json").read_text())["metrics"]
     b = json.loads((again / "eval" / "eval.json").read_text())["metrics"]
     for m in (*a.values(), *b.values()):
@@ -176,6 +226,8 @@ def test_budgets():
 def test_bad_options_are_usage_errors(tmp_path):
     res = CliRunner().invoke(cli.main, ["demo", "--budget", "huge", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "unknown budget" in res.output
+    res = CliRunner().invoke(cli.main, ["demo", "--teacher", "oracle", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "unknown teacher 'oracle'" in res.output
 
 
 @pytest.mark.skipif(not THETA.is_file(), reason=f"{THETA} not found (set $RLSCHED_TRACES)")

@@ -162,6 +162,26 @@ def test_report_says_when_the_guard_was_judged_on_several_periods(run_dir, tmp_p
     assert f"{g['rows'][1]['setting']['label']}" in page.split("(trained behind)")[0][-80:]
 
 
+def test_report_says_which_net_rl_started_from(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    assert "RL started from" not in build_report(run).read_text()  # (not a demo's run)
+    info = json.loads((run / "run.json").read_text())
+    info["summary"]["teacher"] = {"choice": "sef<i>", "bsld_mean": {"sef<i>": 1.8,
+                                                                    "slurm": 4.0}}
+    (run / "run.json").write_text(json.dumps(info))
+    page = build_report(run).read_text()
+    assert ("RL started from a net imitating <code>sef&lt;i&gt;</code> (<code>teacher</code>),"
+            " the order with the lowest mean bounded slowdown over the jobs before the test"
+            " period (1.800 against the incumbent Slurm's 4.000)") in page
+    info["summary"]["teacher"] = {"choice": "history", "bsld_mean": {"slurm": 1.0},
+                                  "why": "no order beat the incumbent's"}
+    (run / "run.json").write_text(json.dumps(info))
+    page = build_report(run).read_text()
+    assert ("RL started from the net imitating the site's scheduler (no order beat the"
+            " incumbent Slurm before the test period).") in page
+
+
 def test_report_command_and_missing_eval(run_dir, tmp_path):
     out = tmp_path / "r.html"
     res = CliRunner().invoke(cli.main, ["report", str(run_dir), "-o", str(out)])
