@@ -603,7 +603,9 @@ class Demo:
             "training": {"algorithm": f"imitation of {name}", "config": icfg.to_dict(),
                          "window": self._window()},
             "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
-        self.state.update(warm_net=net, warm_from=name, teacher_ck=ck)
+        # RL's checkpoints carry the head they start from: the teacher's
+        self.state.update(warm_net=net, warm_from=name, teacher_ck=ck,
+                          place_trained=place_head_learned(rep.stats))
         test = (rep.metrics.get("test") or rep.metrics.get("val") or {}).get("net", {})
         self.summary["teacher"] = {"choice": name, "bsld_mean": scores,
                                    "test_top1": test.get("top1"),

@@ -127,7 +127,7 @@ def test_model_is_exported_verified_and_evaluated(tiny):
 
 
 def test_rl_starts_from_the_best_order_before_the_test_period(tiny):
-    from trainer.policy import load_checkpoint
+    from trainer.policy import PLACE_TRAINED, load_checkpoint
 
     out, output = tiny
     run = json.loads((out / "run.json").read_text())
@@ -143,6 +143,7 @@ def test_rl_starts_from_the_best_order_before_the_test_period(tiny):
     assert teacher.extra["imitation"]["config"]["teacher"] == t["choice"]
     rl = load_checkpoint(out / "rl" / "best.pt")
     assert rl.extra["training"]["algorithm"] == f"imitation of {t['choice']} + ppo"
+    assert rl.extra[PLACE_TRAINED] == teacher.extra[PLACE_TRAINED]  # the head it started from
     sel = run["summary"]["selection"]["val_bsld_mean"]
     assert set(sel) == {"imitation", "teacher", "rl-best", "rl-last"}
 
