@@ -518,22 +518,10 @@ class Demo:
 
     def imitation(self) -> None:
         """Imitate the history's decisions."""
-        from .imitate import ImitationConfig, place_head_learned, train_imitation
-        from .policy import PLACE_TRAINED, save_checkpoint
+        from .imitate import place_head_learned
 
-        c, b = self.config, self.budget
-        icfg = ImitationConfig(epochs=b.imitation_epochs, max_decisions=b.imitation_decisions,
-                               seed=c.seed, train=c.train, val=c.val, threads=c.threads,
-                               progress=self.show)
-        net, rep = train_imitation(self.state["records"], self.state["spec"], icfg)
         d = self.out / "imitation"
-        d.mkdir(parents=True, exist_ok=True)
-        ck = d / "imitation.pt"
-        save_checkpoint(ck, net, extra={
-            "cluster": self.state["spec"].to_dict(),
-            "training": {"algorithm": "imitation", "config": icfg.to_dict(),
-                         "window": self._window()},
-            "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
+        net, rep, ck = self._imitate(self.state["records"], None, d / "imitation.pt")
         _write_json(d / "report.json", rep.to_dict())
         plot_imitation(rep.history, d / "curves.png")
         self.state.update(imitation_net=net, imitation_ck=ck,
@@ -557,15 +545,36 @@ class Demo:
             self.say("  the fitted prior alone agreed at least as well as the trained"
                      " job head on the validation decisions: the net orders by it alone")
 
+    def _imitate(self, records: Any, teacher: str | None, ck: Path) -> tuple[Any, Any, Path]:
+        """Imitate ``records``' starts and save the net as ``ck``: ``(net, report, ck)``.
+
+        ``teacher``: the order the records come from (``None``: the history's own).
+        """
+        from .imitate import ImitationConfig, place_head_learned, train_imitation
+        from .policy import PLACE_TRAINED, save_checkpoint
+
+        c, b = self.config, self.budget
+        icfg = ImitationConfig(epochs=b.imitation_epochs, max_decisions=b.imitation_decisions,
+                               seed=c.seed, train=c.train, val=c.val, threads=c.threads,
+                               progress=self.show, teacher=teacher)
+        net, rep = train_imitation(records, self.state["spec"], icfg)
+        ck.parent.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(ck, net, extra={
+            "cluster": self.state["spec"].to_dict(),
+            "training": {"algorithm": "imitation" if teacher is None else
+                         f"imitation of {teacher}", "config": icfg.to_dict(),
+                         "window": self._window()},
+            "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
+        return net, rep, ck
+
     def teacher(self) -> None:
         """Choose RL's warm start: the history's net, or a net imitating a better order."""
         from .evaluate import pick_teacher, teacher_candidates
-        from .imitate import ImitationConfig, place_head_learned, replay_history, train_imitation
-        from .policy import PLACE_TRAINED, save_checkpoint
+        from .imitate import place_head_learned, replay_history
         from .sim.policies import BASELINES
         from .sim.slurm import SchedulerOptions
 
-        c, b = self.config, self.budget
+        c = self.config
         self.state.update(warm_net=self.state["imitation_net"], warm_from="history",
                           teacher_ck=None)
         if c.teacher == "history":
@@ -593,16 +602,7 @@ class Demo:
         policy, opts = BASELINES[name].build(None, SchedulerOptions())
         records, _ = replay_history(self.state["records"], jobs, cl, policy, opts,
                                     seed=c.seed, speed_model=c.speed)
-        icfg = ImitationConfig(epochs=b.imitation_epochs, max_decisions=b.imitation_decisions,
-                               seed=c.seed, train=c.train, val=c.val, threads=c.threads,
-                               progress=self.show, teacher=name)
-        net, rep = train_imitation(records, self.state["spec"], icfg)
-        ck = self.out / "imitation" / "teacher.pt"
-        save_checkpoint(ck, net, extra={
-            "cluster": self.state["spec"].to_dict(),
-            "training": {"algorithm": f"imitation of {name}", "config": icfg.to_dict(),
-                         "window": self._window()},
-            "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
+        net, rep, ck = self._imitate(records, name, self.out / "imitation" / "teacher.pt")
         # RL's checkpoints carry the head they start from: the teacher's
         self.state.update(warm_net=net, warm_from=name, teacher_ck=ck,
                           place_trained=place_head_learned(rep.stats))
