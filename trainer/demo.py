@@ -524,8 +524,11 @@ class Demo:
         net, rep, ck = self._imitate(self.state["records"], None, d / "imitation.pt")
         _write_json(d / "report.json", rep.to_dict())
         plot_imitation(rep.history, d / "curves.png")
+        # RL starts from this net unless the teacher stage finds a better order (stages
+        # may run without it: replay-live trains with imitation, rl, select, export)
         self.state.update(imitation_net=net, imitation_ck=ck,
-                          place_trained=place_head_learned(rep.stats))
+                          place_trained=place_head_learned(rep.stats),
+                          warm_net=net, warm_from="history", teacher_ck=None)
         test = rep.metrics.get("test") or rep.metrics.get("val") or {}
         net_m, fifo_m = test.get("net", {}), test.get("fifo", {})
         bf_m = test.get("fifo_backfill", {})
@@ -575,8 +578,6 @@ class Demo:
         from .sim.slurm import SchedulerOptions
 
         c = self.config
-        self.state.update(warm_net=self.state["imitation_net"], warm_from="history",
-                          teacher_ck=None)
         if c.teacher == "history":
             self.summary["teacher"] = {"choice": "history"}
             self.say("  RL starts from the net imitating the site's scheduler (--teacher"

@@ -192,3 +192,26 @@ def test_table_rows_show_real_simulated_and_the_gap():
     assert [r[:2] for r in rows] == [["slurm", "real (sacct)"], ["slurm", "simulated"],
                                      ["slurm", "gap real-sim"], ["helper", "simulated"]]
     assert rows[2][2] == "+0.5" and rows[2][-1] == "-"
+
+
+def test_train_policy_runs_the_demos_stages_without_the_teacher(tmp_path):
+    """replay-live trains with the demo's imitation, rl, select and export stages only:
+    RL starts from the imitation net (the teacher stage is the demo's, not run here)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from trainer.policy import load_checkpoint
+    from trainer.sim.slurm import PrioritySettings, SchedulerOptions
+    from trainer.sim.workload import WorkloadConfig, default_cluster
+
+    spec = default_cluster(WorkloadConfig(num_jobs=10))
+    rng = np.random.default_rng(0)
+    earlier = [LiveJob(k, 20.0 * k, int(rng.integers(30, 600)), int(rng.integers(1, 4)),
+                       20, gpus=int(rng.integers(1, 9))) for k in range(120)]
+    cfg = rl.ReplayLiveConfig(trace="t", budget="tiny")
+    said: list[str] = []
+    model = rl.train_policy(earlier, spec, SchedulerOptions(), PrioritySettings(), cfg,
+                            tmp_path / "train", said.append)
+    assert model.is_file() and model.name == "model.onnx"
+    assert any("training: rl done" in s for s in said)
+    ck = load_checkpoint(tmp_path / "train" / "rl" / "last.pt")
+    assert ck.extra["training"]["algorithm"] == "imitation + ppo"
