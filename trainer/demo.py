@@ -129,6 +129,14 @@ def warm_teacher(scores: dict[str, float], incumbent: str = "slurm",
     return best
 
 
+def _start_label(teacher: str | None) -> str:
+    """How a net's training began, as its checkpoint says: ``imitation of NAME``.
+
+    Plain ``imitation`` for the history's own decisions (``None`` or ``"history"``).
+    """
+    return "imitation" if teacher in (None, "history") else f"imitation of {teacher}"
+
+
 # ---------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Budget:
@@ -548,6 +556,13 @@ class Demo:
             self.say("  the fitted prior alone agreed at least as well as the trained"
                      " job head on the validation decisions: the net orders by it alone")
 
+    def _nets(self) -> dict[str, Path]:
+        """The imitation checkpoints by model name: ``imitation``, and ``teacher`` if any."""
+        nets = {"imitation": self.state["imitation_ck"]}
+        if self.state.get("teacher_ck") is not None:
+            nets["teacher"] = self.state["teacher_ck"]
+        return nets
+
     def _imitate(self, records: Any, teacher: str | None, ck: Path) -> tuple[Any, Any, Path]:
         """Imitate ``records``' starts and save the net as ``ck``: ``(net, report, ck)``.
 
@@ -564,8 +579,7 @@ class Demo:
         ck.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(ck, net, extra={
             "cluster": self.state["spec"].to_dict(),
-            "training": {"algorithm": "imitation" if teacher is None else
-                         f"imitation of {teacher}", "config": icfg.to_dict(),
+            "training": {"algorithm": _start_label(teacher), "config": icfg.to_dict(),
                          "window": self._window()},
             "imitation": rep.to_dict(), PLACE_TRAINED: place_head_learned(rep.stats)})
         return net, rep, ck
@@ -586,18 +600,21 @@ class Demo:
         jobs, cl = self.state["jobs"], self.state["cluster"]
         scores: dict[str, float] = {}
         if c.teacher == "best":
-            names = sorted(set(teacher_candidates()) | {"slurm"})
-            name, scores = pick_teacher(jobs, cl, speed_model=c.speed, seed=c.seed,
-                                        train=c.train, val=c.val, candidates=names)
+            # (the candidates include the incumbent's slurm, which warm_teacher reads)
+            _, scores = pick_teacher(jobs, cl, speed_model=c.speed, seed=c.seed,
+                                     train=c.train, val=c.val,
+                                     candidates=sorted(teacher_candidates()))
             ranked = sorted(scores, key=lambda n: (scores[n], n))
             self.say("  mean bsld of the jobs before the test period: "
                      + ", ".join(f"{n} {scores[n]:.3f}" for n in ranked[:5]) + ", ...")
-            if warm_teacher(scores) is None:
+            best = warm_teacher(scores)
+            if best is None:
                 self.summary["teacher"] = {"choice": "history", "bsld_mean": scores,
                                            "why": "no order beat the incumbent's"}
                 self.say("  no order beats the incumbent Slurm there: RL starts from the"
                          " net imitating the site's scheduler")
                 return
+            name = best
         else:
             name = c.teacher
         policy, opts = BASELINES[name].build(None, SchedulerOptions())
@@ -642,9 +659,8 @@ class Demo:
         d.mkdir(parents=True, exist_ok=True)
         meta = {"cluster": self.state["spec"].to_dict(),
                 PLACE_TRAINED: self.state["place_trained"],  # (the head it starts from)
-                "training": {"algorithm": ("imitation" if self.state["warm_from"] == "history"
-                                           else f"imitation of {self.state['warm_from']}")
-                                          + f" + {c.algo}",
+                "training": {"algorithm": f"{_start_label(self.state['warm_from'])}"
+                                          f" + {c.algo}",
                              "config": {"train": tcfg.to_dict(), "algo": algo_cfg.to_dict()},
                              "window": self._window()}}
         res = rl.train(spec, tcfg, algo_cfg, init=self.state["warm_net"], out=d, meta=meta)
@@ -669,9 +685,7 @@ class Demo:
         c = self.config
         jobs = self.state["jobs"]
         sp = time_split(jobs.n, c.train, c.val)
-        cands = {"imitation": self.state["imitation_ck"]}
-        if self.state.get("teacher_ck") is not None:
-            cands["teacher"] = self.state["teacher_ck"]
+        cands = self._nets()
         for name in ("best", "last"):
             p = self.out / "rl" / f"{name}.pt"
             if p.is_file():
@@ -749,9 +763,7 @@ class Demo:
         g = self.state.get("guard") or {}
         ecfg = EvalConfig(train=c.train, val=c.val, threads=c.threads, **g)
         res = evaluate(self.state["jobs"], self.state["cluster"],
-                       {"policy": self.state["model"], "imitation": self.state["imitation_ck"],
-                        **({"teacher": self.state["teacher_ck"]}
-                           if self.state.get("teacher_ck") is not None else {})},
+                       {"policy": self.state["model"], **self._nets()},
                        ecfg, speed_model=c.speed, seed=c.seed, out=self.out / "eval",
                        progress=self.show, extra={"input": self.summary.get("store", {}),
                                                   "selected": self.state.get("selected")})
