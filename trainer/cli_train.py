@@ -264,6 +264,11 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
      "Start training episodes from the queue and running jobs the Slurm baseline's"
      " replay had at the window's first arrival (--warm-start), as a deployed policy"
      " meets them, or on an empty cluster (--cold-start, default)."),
+    ("--actions", "actions", click.Choice(["fits", "queue"]),  # trainer.env.ACTIONS
+     "What the agent chooses among in the simulator: fits (default), the jobs that fit"
+     " now, or hold; queue, every pending job, as an order of the queue that Slurm walks"
+     " with EASY backfill (the first job picked that does not fit is reserved), as the"
+     " helper deploys it, so that its scores of the jobs that do not fit are trained too."),
     ("--hold/--no-hold", "hold", None,
      "Let the agent hold while a job fits (default); --no-hold trains a work-conserving"
      " agent, as deployed (Slurm starts what fits in the policy's order)."),

@@ -232,6 +232,12 @@ class DemoConfig:
     switches runs slower), ``none`` for SWF traces."""
     algo: str = "ppo"
     """RL algorithm (``trainer.rl.ALGORITHMS``)."""
+    actions: str = "queue"
+    """What RL's agent chooses among in the simulator (:attr:`trainer.env.EnvConfig.actions`):
+    ``queue``, an order of the whole queue that Slurm walks with EASY backfill, as the
+    helper deploys the net (its scores of the jobs that do not fit, which pick the
+    reservation, are trained too); ``fits``, the jobs that fit now (or hold), as
+    ``train rl`` by default."""
     teacher: str = "best"
     """RL's warm start (stage ``teacher``): ``history``, the net imitating the site's
     scheduler (DL²'s warm start); ``best``, the baseline that reads no recorded run time
@@ -269,6 +275,8 @@ class DemoConfig:
         if self.teacher not in ("history", "best") and self.teacher not in BASELINES:
             raise ValueError(f"unknown teacher {self.teacher!r}: history, best or one of"
                              f" {', '.join(sorted(BASELINES))}")
+        if self.actions not in ("fits", "queue"):  # trainer.env.ACTIONS (heavy import)
+            raise ValueError(f"unknown actions {self.actions!r}: fits or queue")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -653,6 +661,7 @@ class Demo:
                               train_share=c.train, val_share=c.val,
                               episode_jobs=b.rl_episode_jobs, val_jobs=b.rl_val_jobs,
                               speed_model=c.speed, eval_every=b.rl_eval_every,
+                              actions=c.actions,
                               threads=c.threads, progress=self.show)
         spec = rl.make_spec(self.state["jobs"], self.state["cluster"], tcfg)
         d = self.out / "rl"
@@ -915,6 +924,10 @@ def _final_table(d: Demo) -> None:
               help="Time limits of a --trace that records none: run (each job's run time,"
                    " the default) or users (modelled user requests the policy sees too).")
 @click.option("--algo", help="RL algorithm: ppo (default), a2c, dqn, reinforce, cem.")
+@click.option("--actions", type=click.Choice(["fits", "queue"]),  # trainer.env.ACTIONS
+              help="What RL's agent chooses among: queue (default), an order of the whole"
+                   " queue Slurm walks with EASY backfill, as the helper deploys the net, or"
+                   " fits, the jobs that fit now (train rl's default).")
 @click.option("--teacher", help="RL's warm start: best (default: the order with the lowest"
                                 " mean bsld before the test period, imitated when it beats"
                                 " the incumbent Slurm there), history (the net imitating the"

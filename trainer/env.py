@@ -14,12 +14,38 @@ Decisions
     :func:`slurm_plugin.placement.candidates` for that job (the ``phase`` entry of the
     observation says which phase it is).
 
+Queue order (``actions="queue"``)
+    The deployed policy does not start jobs: it orders the queue, and Slurm starts the
+    jobs in that order while they fit, reserves nodes for the first one that does not
+    (at its shadow time) and backfills the rest around it. With ``actions="queue"``
+    the agent makes the same choice. At a decision every visible job is legal; a job
+    that fits starts, and the first one of a partition picked that does not fit is
+    *reserved*, as the batch engine's backfill reserves
+    (:meth:`~trainer.sim.stepper.Stepper.reserve`: by count for whole nodes, on the
+    nodes it would get at its shadow time otherwise; none beyond Slurm's default
+    ``bf_window``). From then on, until time moves on, the jobs of that partition that
+    do not fit are not legal, and those that fit only if they would not delay a
+    reservation (:meth:`~trainer.sim.stepper.Stepper.backfill_view`; expected ends are
+    compared to the second, where Slurm rounds them up to ``bf_resolution`` on its own
+    clock, which an episode's shifted times do not keep). Picking jobs one at a time
+    from a softmax over the legal ones samples an order of the queue (a Plackett-Luce
+    order) and Slurm's walk down it, so the job scores of jobs that do not fit are
+    trained too; with FIFO picks the env starts every job when the engine's FIFO with
+    EASY backfill does (``tests/unit/test_env.py``). The reservations are dropped
+    whenever time moves on (Slurm's next pass orders the queue again). Hold is never
+    legal while a job may start (the deployed policy cannot leave resources idle on
+    purpose), and moments where no job may start are skipped, as below (a reservation
+    cannot change anything then). With the default ``actions="fits"`` only the jobs
+    that fit are legal and the agent starts one of them or holds: it never reserves,
+    and its scores of the jobs that do not fit are never trained.
+
 Masks
     ``info["action_mask"]`` (bool, ``max_jobs + 1``; also :meth:`SchedEnv.action_masks`)
     allows, in the job phase, the visible jobs that fit now (enough free nodes of their
-    partition; behind the starvation guard, those it lets start) and hold, unless
-    holding could change nothing (no job running and none still to arrive) or
-    ``hold=False`` and a visible job fits; in the placement phase, the
+    partition; behind the starvation guard, those it lets start; with ``queue`` order,
+    as above) and hold, unless holding could change nothing (no job running and none
+    still to arrive) or a visible job may start and ``hold=False`` or ``queue`` order;
+    in the placement phase, the
     job's candidates. An action outside the mask is rejected: by default the state does
     not change, the step earns ``-invalid_penalty`` and ``info["invalid_action"]`` says
     why; with ``invalid_action="raise"`` it raises :class:`ValueError`.
@@ -38,7 +64,9 @@ Starvation guard
     visible job whose time limit is at most that fits, those are the legal jobs, before
     any starving one: the helper's express lane ranks them above every other job (the
     lane's jobs that do not fit hold no reservation here). ``job_mask`` and the action
-    mask say the same.
+    mask say the same. With ``queue`` order, while the guard picks the legal jobs
+    (a starving job, the express lane) the agent's choice is among those, as the
+    helper's order puts them first; otherwise the agent reserves as above.
 
 Time skips ahead by itself
     Whenever no visible job fits, hold is the only legal action, so the environment
@@ -103,7 +131,7 @@ from slurm_plugin.helper.decide import STARVATION_ORDERS, check_express_limit, i
 from slurm_plugin.placement import Candidates
 
 from .sim import metrics
-from .sim.engine import EngineOptions, SimResult, Simulator
+from .sim.engine import EngineOptions, Reservation, SimResult, Simulator
 from .sim.observe import history_before
 from .sim.policies import Policy
 from .sim.slurm import SchedulerOptions
@@ -113,6 +141,7 @@ from .sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, take,
 from .sim.workload import WorkloadConfig, default_cluster, generate, replay_records
 
 __all__ = [
+    "ACTIONS",
     "EnvCandidates",
     "EnvConfig",
     "EnvObservation",
@@ -121,6 +150,13 @@ __all__ = [
     "from_workload",
     "incumbent_times",
 ]
+
+#: Backfill's window in ``queue`` order (Slurm's default, as the batch engine's
+#: :class:`~trainer.sim.slurm.SchedulerOptions`).
+_BF = SchedulerOptions()
+
+#: What the agent chooses among (:attr:`EnvConfig.actions`; module docstring).
+ACTIONS = ("fits", "queue")
 
 #: Bound of the feature boxes (features are logs and shares, far inside it).
 FEATURE_BOUND = 1e3
@@ -159,10 +195,15 @@ class EnvConfig:
     """Bounded-slowdown threshold, s (:data:`trainer.sim.metrics.TAU`)."""
     history_jobs: int = 256
     """Earlier jobs (ended before the window starts) the user history starts from."""
+    actions: str = "fits"
+    """What the agent chooses among (module docstring): ``fits``, the jobs that fit now
+    (and hold); ``queue``, every visible job, as an order of the queue Slurm walks with
+    EASY backfill (a job that does not fit is reserved), as the helper deploys it."""
     hold: bool = True
     """Hold is legal while a visible job fits; ``False``: only the jobs that fit are
     (the agent is work-conserving, as the deployed policy is: it orders the queue and
-    Slurm starts what fits, so it can never leave resources idle on purpose)."""
+    Slurm starts what fits, so it can never leave resources idle on purpose). With
+    ``actions="queue"`` hold is never legal while a job may start."""
     warmup_jobs: int = 0
     """Jobs just before the window replayed first, in the same episode, so that the
     window does not start on an empty cluster (validation); the agent acts on them too,
@@ -206,6 +247,7 @@ class EnvConfig:
              " phases)")
         need(self.episode_jobs is None or self.episode_jobs >= 1,
              "episode_jobs must be None or at least 1")
+        need(self.actions in ACTIONS, f"actions must be one of {list(ACTIONS)}")
         need(self.reward in REWARDS, f"reward must be one of {sorted(REWARDS)}")
         need(self.speed_model in SPEED_MODELS,
              f"speed_model must be one of {sorted(SPEED_MODELS)}")
@@ -330,7 +372,11 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._node_leaf = cluster.leaf_of.astype(np.int64)
         self._stepper: Stepper | None = None
         self._rows = np.zeros(0, dtype=np.int64)
-        self._fits = np.zeros(0, dtype=bool)
+        self._legal = np.zeros(0, dtype=bool)
+        self._fit_now = np.zeros(0, dtype=bool)
+        self._resv: list[Reservation] = []
+        self._resv_parts: set[int] = set()
+        self._view: tuple[Reservation, ...] = ()
         self._obs: Observation | None = None
         self._phase = 0
         self._selected = -1
@@ -368,9 +414,9 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             assert self._cands is not None
             mask[:len(self._cands)] = True
         else:
-            mask[:self._rows.size] = self._fits
+            mask[:self._rows.size] = self._legal
             mask[cfg.max_jobs] = self.stepper.can_advance and (
-                cfg.hold or not bool(self._fits.any()))
+                (cfg.hold and cfg.actions == "fits") or not bool(self._legal.any()))
         return mask
 
     # ------------------------------------------------------------------ episode
@@ -422,6 +468,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._phase = 0
         self._cands = None
         self._selected = -1
+        self._resv, self._resv_parts = [], set()
         self._refresh()
         self.stepper.pop_reward()  # nothing accrues before the first arrival
         return self._observe(), self._info()
@@ -433,24 +480,52 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                        relative=True)
         return hist
 
+    def _advance(self) -> None:
+        """Run time to the next event; a reservation ends with the pass it was made in."""
+        self.stepper.advance()
+        self._resv, self._resv_parts = [], set()
+
     def _refresh(self) -> None:
-        """Skip ahead while no visible job fits; then observe the decision."""
+        """Skip ahead while no visible job may start; then observe the decision."""
         st = self.stepper
         mj = self.config.max_jobs
         while True:
             rows = st.visible(mj)
-            fits = self._guarded(rows, st.fits(rows))
-            if fits.any() or not st.can_advance:
+            fit_now = st.fits(rows)
+            start, legal = self._legal_jobs(rows, fit_now)
+            if start.any() or not st.can_advance:
                 break
-            st.advance()
-        self._rows, self._fits = rows, fits
+            self._advance()
+        self._rows, self._legal, self._fit_now = rows, legal, fit_now
         self._obs = st.observation(mj) if not st.done else None
 
-    def _guarded(self, rows: np.ndarray, fits: np.ndarray) -> np.ndarray:
-        """The visible jobs the starvation guard lets start now (module docstring)."""
+    def _legal_jobs(self, rows: np.ndarray, fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(may start now, legal to pick)`` among the visible jobs (module docstring)."""
+        guarded = self._guarded(rows, fits)
+        if guarded is not None:
+            return guarded, guarded
+        if self.config.actions == "fits":
+            return fits, fits
+        start = fits
+        if self._resv:
+            st = self.stepper
+            start = fits.copy()
+            for k in np.flatnonzero(fits).tolist():
+                start[k] = st.backfill_view(int(rows[k]), self._resv) is not None
+        if not start.any():
+            return start, start
+        # a job that does not fit may be picked while its partition has no reservation
+        open_part = ~np.isin(self.stepper.jobs.part[rows], list(self._resv_parts))
+        return start, start | (~fits & open_part)
+
+    def _guarded(self, rows: np.ndarray, fits: np.ndarray) -> np.ndarray | None:
+        """The visible jobs the starvation guard lets start now (module docstring).
+
+        ``None`` while it lets every job that fits.
+        """
         cfg = self.config
         if cfg.starvation_limit <= 0 or not rows.size:
-            return fits
+            return None
         st = self.stepper
         if cfg.express_limit > 0:
             quick: np.ndarray = fits & in_lane(st.jobs.limit[rows], cfg.express_limit)
@@ -458,7 +533,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                 return quick
         starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
         if not starving.any():
-            return fits
+            return None
         head = int(np.flatnonzero(starving)[0])  # the oldest (rows are in arrival order)
         out: np.ndarray
         if cfg.starvation_order == "age":
@@ -502,22 +577,31 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         elif self._phase == 1:
             assert self._cands is not None
             row = int(self._rows[self._selected])
-            st.start(row, self._cands.nodes(a))
+            st.start(row, self._cands.nodes(a), self._view)
             self._phase, self._cands, self._selected = 0, None, -1
             self._refresh()
         elif a == cfg.max_jobs:
-            st.advance()
+            self._advance()
             self._refresh()
         else:
             row = int(self._rows[a])
-            if cfg.place:
-                self._cands = st.candidates(row, cfg.max_candidates)
-                self._phase, self._selected = 1, a
-            else:
-                nodes = st.best_fit(row)
-                assert nodes is not None  # it fits: the mask said so
-                st.start(row, nodes)
+            if not self._fit_now[a]:  # queue order: its partition's first blocked job
+                r = st.reserve(row, _BF.bf_window)
+                self._resv_parts.add(int(st.jobs.part[row]))
+                if r is not None:
+                    self._resv.append(r)
                 self._refresh()
+            else:
+                found = st.backfill_view(row, self._resv) if self._resv else None
+                usable, self._view = found if found is not None else (None, ())
+                if cfg.place:
+                    self._cands = st.candidates(row, cfg.max_candidates, usable)
+                    self._phase, self._selected = 1, a
+                else:
+                    nodes = st.best_fit(row, usable)
+                    assert nodes is not None  # it may start: the mask said so
+                    st.start(row, nodes, self._view)
+                    self._refresh()
         reward += st.pop_reward()
         terminated = st.done
         truncated = not terminated and self._steps >= self._max_steps
@@ -541,7 +625,14 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             return "hold: no job is running and none is still to arrive"
         if a >= self._rows.size:
             return f"job {a}: only {self._rows.size} jobs are pending"
-        return f"job {a} (job id {int(self.stepper.jobs.job_id[self._rows[a]])}) does not fit now"
+        jid = int(self.stepper.jobs.job_id[self._rows[a]])
+        if self._fit_now[a]:
+            return (f"job {a} (job id {jid}) fits now but would delay a reserved job"
+                    " (EASY backfill) or the starvation guard's")
+        if self.config.actions == "queue":
+            return (f"job {a} (job id {jid}) does not fit now and its partition already"
+                    " has a reserved job")
+        return f"job {a} (job id {jid}) does not fit now"
 
     # ------------------------------------------------------------------ output
     def _observe(self) -> dict[str, Any]:
@@ -560,7 +651,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             k = obs.n_jobs
             np.clip(obs.jobs, -b, b, out=jobs[:k])
             present[:k] = 1
-            job_mask[:k] = self._fits
+            job_mask[:k] = self._legal
             nodes = np.clip(obs.nodes, -b, b)
             glob = np.clip(obs.globals, -b, b)
         else:  # the episode is over: no pending job, an empty cluster

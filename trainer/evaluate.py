@@ -423,6 +423,7 @@ class Wrapped(Policy):
         super().__init__(inner.settings, placement or inner.placement)
         self.inner = inner
         self.dynamic = inner.dynamic
+        self.rescore_period = inner.rescore_period
         self.uses_usage = inner.uses_usage
 
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:

@@ -90,6 +90,7 @@ from trainer.sim.slurm import PrioritySettings
 from trainer.sim.state import Cluster, JobTable, NodeState
 
 __all__ = [
+    "HELPER_CYCLE",
     "MASKED",
     "PLACE_TRAINED",
     "Batch",
@@ -807,6 +808,11 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 
 # ---------------------------------------------------------------------------- simulator
+#: Seconds between the helper's cycles by default (its ``interval``): how often a replay
+#: re-scores the queue with a learned policy, as the helper re-ranks it every cycle.
+HELPER_CYCLE = 15
+
+
 class TorchPolicy(Policy):
     """A :class:`PolicyNet` behind the simulator's policy interface.
 
@@ -831,6 +837,10 @@ class TorchPolicy(Policy):
     - ``place`` is not told which job it places nor the time: the placement head sees a
       job row made from the request alone, and remaining times relative to the last
       ``score`` call;
+    - the queue is re-scored every ``rescore_period`` seconds (the helper's cycle,
+      ``interval``, 15 s by default: it ranks every pending job each cycle), not every
+      Slurm ``priority_calc_period`` (5 minutes by default), at the first event after
+      it elapsed;
     - the engine reports no completions: the :class:`UserHistory` is the one given
       (e.g. fed from the history before the replay) and grows during a replay only
       when the policy :meth:`follow` s it (:class:`~trainer.sim.observe.CompletionFeed`),
@@ -846,15 +856,19 @@ class TorchPolicy(Policy):
         max_sets: Candidate node sets per placement.
         rank_all: Rank every pending job by its raw score (the helper's default), or
             the jobs that fit now first (module docstring of the class).
+        rescore_period: Seconds between re-scorings of the whole queue (default: the
+            helper's default cycle, :data:`HELPER_CYCLE`).
     """
 
     name: ClassVar[str] = "torch"
 
     def __init__(self, net: PolicyNet, *, history: UserHistory | None = None,
                  norm: Normalisation | None = None, settings: PrioritySettings | None = None,
-                 placement: str = "tree", max_sets: int = 8, rank_all: bool = True) -> None:
+                 placement: str = "tree", max_sets: int = 8, rank_all: bool = True,
+                 rescore_period: int | None = None) -> None:
         super().__init__(settings, placement)
         self.dynamic = True
+        self.rescore_period = HELPER_CYCLE if rescore_period is None else int(rescore_period)
         self.rank_all = rank_all
         self._slurm = Multifactor(self.settings, placement)
         self.uses_usage = not rank_all and self._slurm.uses_usage

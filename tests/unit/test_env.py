@@ -388,6 +388,116 @@ def test_fifo_blocking_agent_matches_the_batch_simulator(kind):
     assert (res.end - res.start).tolist() == (ref.end - ref.start).tolist()
 
 
+# ---------------------------------------------------------------------------- queue order
+def _queue_run(pick, recs=None, **cfg):
+    """The hand-computed case of _guarded_run in ``queue`` order, ``pick(rows, mask)``
+    choosing the action; (now, legal job ids) per step and the starts."""
+    recs = recs or [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 3, 200, 1)]
+    env = tiny_env(recs, max_jobs=4, actions="queue", invalid_action="raise", **cfg)
+    _, info = env.reset(seed=0)
+    seen, done = [], False
+    while not done:
+        rows, ok = env.rows, info["action_mask"][:4]
+        assert not info["action_mask"][4]  # the deployed order cannot hold
+        assert np.array_equal(env._observe()["job_mask"][:4].astype(bool), ok)
+        seen.append((info["now"], env.stepper.jobs.job_id[rows[ok[:rows.size]]].tolist()))
+        _, _, term, trunc, info = env.step(pick(env.stepper.jobs.job_id[rows], ok))
+        done = term or trunc
+    return env.result().start.tolist(), seen
+
+
+def test_queue_order_on_a_hand_computed_case():
+    # 4 whole nodes. In arrival order (FIFO with EASY backfill): at 2, 2 (4 nodes) does
+    # not fit and may be picked: it is reserved at its shadow time 100 (1's limit), then
+    # only 3 (ends by 12) may start; at 3 and 12 each new pass reserves 2 again, and 4
+    # (would run past 100 on a node 2 needs) may not start until 2 has: the order a
+    # deployed FIFO priority gives under Slurm's backfill
+    def first(ids, ok):
+        return int(np.flatnonzero(ok)[0])
+
+    starts, seen = _queue_run(first)
+    assert starts == [0, 100, 2, 110]
+    assert seen == [(0, [1]), (2, [2, 3]), (2, [3]), (3, [2, 4]), (12, [2, 4]),
+                    (100, [2, 4]), (110, [4])]
+    # an order that puts 4 above 2 starts it at once, and 2 waits for it
+    def four_first(ids, ok):
+        legal = np.flatnonzero(ok)
+        hit = [k for k in legal.tolist() if ids[k] == 4]
+        return hit[0] if hit else int(legal[0])
+
+    starts, _ = _queue_run(four_first)
+    assert starts == [0, 203, 2, 3]
+
+
+def test_queue_order_rejects_what_backfill_would_not_start():
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1), job(4, 3, 200, 1)]
+    env = tiny_env(recs, max_jobs=4, actions="queue", invalid_action="raise")
+    env.reset(seed=0)
+    env.step(0)
+    _, _, _, _, info = env.step(0)  # at 2: reserve 2
+    assert info["action_mask"].tolist() == [False, True, False, False, False]
+    with pytest.raises(ValueError, match=r"job 0 \(job id 2\) does not fit now and its"
+                                         " partition already has a reserved job"):
+        env.step(0)
+    env.step(1)  # 3 starts; at 3, 4 arrives and 2 is reserved again
+    _, _, _, _, info = env.step(0)
+    assert info["now"] == 12  # nothing may start before 3 ends: time ran on by itself
+    _, _, _, _, info = env.step(0)  # reserve 2 at 12: 4 would delay it
+    assert info["now"] == 100
+    with pytest.raises(ValueError, match="actions must be one of"):
+        EnvConfig(actions="all")
+
+
+def _dense(kind: str, n: int, seed: int) -> tuple:
+    cfg = (w.WorkloadConfig(num_jobs=n, seed=seed, mean_interarrival_s=130.0) if kind == "gpu"
+           else w.WorkloadConfig(kind=kind, num_jobs=n, seed=seed))
+    sp = w.default_cluster(cfg)
+    cl = Cluster.from_spec(sp)
+    return build_jobs(w.replay_records(w.generate(cfg), sp), cl), cl
+
+
+@pytest.mark.parametrize(("kind", "n", "seed"), [("gpu", 400, 1), ("hpc", 300, 2)])
+def test_fifo_queue_order_matches_the_batch_simulators_easy_backfill(kind, n, seed):
+    # picking the oldest legal job in queue order is FIFO priority under the engine's
+    # EASY backfill (per-partition reservations by count or on the nodes, the rest
+    # backfilled around them), start for start; the engine compares expected ends to
+    # the second (bf_resolution 1), as the env does
+    jobs, cl = _dense(kind, n, seed)
+    ref = Simulator(jobs, cl, make_policy("fifo"),
+                    SchedulerOptions(bf_interval=0, bf_resolution=1)).run()
+    env = from_table(jobs, cl, EnvConfig(episode_jobs=None, max_jobs=256, actions="queue",
+                                         invalid_action="raise"))
+    _, info = env.reset(seed=0)
+    done, reserved = False, 0
+    while not done:
+        a = int(np.flatnonzero(info["action_mask"])[0])
+        reserved += int(not env.stepper.fits(info["rows"][a:a + 1])[0])
+        _, _, term, trunc, info = env.step(a)
+        done = term or trunc
+    assert term
+    res = env.result()
+    assert ref.backfilled.sum() > 10 and reserved > 10  # the case exercises both
+    assert (res.start - res.jobs.eligible).tolist() == (ref.start - jobs.eligible).tolist()
+    # the agent of the default order starts what fits at once, with no reservation
+    fits_env = from_table(jobs, cl, EnvConfig(episode_jobs=None, max_jobs=256))
+    _, info = fits_env.reset(seed=0)
+    done = False
+    while not done:
+        _, _, term, trunc, info = fits_env.step(earliest_fitting(info, 256))
+        done = term or trunc
+    assert fits_env.result().start.tolist() != res.start.tolist()
+
+
+@pytest.mark.parametrize("place", [False, True])
+def test_check_env_passes_in_queue_order(place):
+    jobs, cl = _dense("gpu", 120, 0)
+    env = SchedEnv(jobs, cl, EnvConfig(episode_jobs=60, max_jobs=16, place=place,
+                                       max_candidates=4, actions="queue"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env, skip_render_check=True)
+
+
 @pytest.mark.parametrize("place", [False, True])
 def test_bsld_return_is_minus_the_sum_of_bounded_slowdowns(place):
     env = from_workload(SMALL, EnvConfig(place=place, episode_jobs=60, max_jobs=16))
@@ -450,14 +560,15 @@ def check_state(env: SchedEnv) -> None:
     assert s.busy_nodes == int((~s.idle).sum())
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(kind=st.sampled_from(["gpu", "hpc"]), seed=st.integers(0, 2**16),
-       place=st.booleans(), hold_bias=st.floats(0.0, 0.9))
+       place=st.booleans(), hold_bias=st.floats(0.0, 0.9),
+       actions=st.sampled_from(["fits", "queue"]))
 def test_random_agents_never_over_allocate_and_finish_every_job(kind, seed, place,
-                                                                 hold_bias):
+                                                                 hold_bias, actions):
     cfg = w.WorkloadConfig(kind=kind, num_jobs=60, seed=seed % 7)
     env = from_workload(cfg, EnvConfig(place=place, episode_jobs=40, max_jobs=8,
-                                       max_candidates=4))
+                                       max_candidates=4, actions=actions))
     rng = np.random.default_rng(seed)
     _, info = env.reset(seed=seed)
     done = False

@@ -374,6 +374,34 @@ def test_torch_policy_runs_in_the_simulator_and_repeats():
         assert len(set(a.placements[i])) == int(a.jobs.nodes[i])
 
 
+def test_torch_policy_rescores_the_queue_every_helper_cycle():
+    # the helper ranks every pending job each cycle (its interval, 15 s by default):
+    # a replay re-scores a learned policy that often, not every Slurm calc period
+    from slurm_plugin.helper.config import HelperConfig
+    from trainer.evaluate import as_deployed
+    from trainer.policy import HELPER_CYCLE
+
+    assert HELPER_CYCLE == HelperConfig().interval
+    spec, recs = _workload(200)
+    calls = {}
+    for period in (None, 300):
+        pol = TorchPolicy(net_for_tests(seed=5), rescore_period=period)
+        seen = []
+        score = pol.score
+
+        def counting(jobs, idx, ctx, score=score, seen=seen):
+            seen.append(len(idx))
+            return score(jobs, idx, ctx)
+
+        pol.score = counting  # type: ignore[method-assign]
+        wrapped = as_deployed(pol, starvation_limit=86400.0)
+        assert wrapped.rescore_period == pol.rescore_period  # the wrappers keep it
+        simulate(spec, recs, wrapped, SchedulerOptions(priority_calc_period=300), EngineOptions())
+        calls[period] = len(seen)
+    assert pol.rescore_period == 300 and TorchPolicy(net_for_tests()).rescore_period == 15
+    assert calls[None] > 1.5 * calls[300]
+
+
 def test_torch_policy_scores_follow_the_net():
     spec, recs = _workload(30)
     from trainer.sim.policies import ScoreContext

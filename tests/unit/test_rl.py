@@ -194,6 +194,13 @@ def test_warm_start_training_replays_slurm_once_and_repeats():
     assert not _same(_weights(a.net), _weights(c.net))
 
 
+def test_queue_order_reaches_training_and_validation_episodes():
+    assert [e.actions for e in TrainConfig(actions="queue").env_configs(100)] == ["queue"] * 2
+    assert [e.actions for e in TrainConfig().env_configs(100)] == ["fits"] * 2
+    with pytest.raises(ValueError, match="actions must be one of"):
+        TrainConfig(actions="every")
+
+
 def test_the_backlog_weight_reaches_training_and_validation_episodes():
     cfg = TrainConfig(backlog=0.5)
     assert [e.backlog for e in cfg.env_configs(100)] == [0.5, 0.5]

@@ -112,6 +112,10 @@ class TrainConfig:
     """Candidate node sets per placement."""
     reward: str = "bsld"
     """Reward name in :data:`trainer.sim.stepper.REWARDS`."""
+    actions: str = "fits"
+    """What the agent chooses among (the env's ``actions``): ``fits``, the jobs that fit
+    now (or hold); ``queue``, every visible job, an order of the queue Slurm walks with
+    EASY backfill, as the helper deploys it."""
     hold: bool = True
     """The agent may hold while a job fits (the env's ``hold``); ``False`` trains a
     work-conserving agent, as the deployed policy is (it orders the queue, Slurm starts
@@ -279,7 +283,7 @@ class TrainConfig:
                            place=self.place, reward=self.reward, fairness=self.fairness,
                            backlog=self.backlog,
                            speed_model=self.speed_model, max_steps=self.max_steps,
-                           hold=self.hold,
+                           actions=self.actions, hold=self.hold,
                            starvation_limit=self.starvation_limit if self.train_guard else 0.0,
                            starvation_order=self.starvation_order,
                            express_limit=self.express_limit if self.train_guard else 0.0)

@@ -13,8 +13,9 @@ Events
 
 Scheduling pass (at every event time where something changed)
     1. *Priorities*: a ``dynamic`` policy (Slurm's multifactor with age or fair-share)
-       is re-scored every ``priority_calc_period``, at the first event after it elapsed
-       (no timer events); a job is scored when it arrives. The pending queue is kept
+       is re-scored every ``priority_calc_period`` (a learned policy every
+       :attr:`~trainer.sim.policies.Policy.rescore_period`: the helper's cycle), at the
+       first event after it elapsed (no timer events); a job is scored when it arrives. The pending queue is kept
        sorted by score (ties: arrival order). A re-scoring that leaves the order as it
        was changes nothing else (the passes already made stand). When the queue is in
        arrival order and the policy's scores settle (:attr:`Policy.settles_after`:
@@ -86,7 +87,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -220,6 +221,44 @@ class Reservation:
             self.version += 1
 
 
+def whole_shadow(state: NodeState, p: int, n: int, t: int) -> tuple[int, int] | None:
+    """EASY backfill's shadow time of ``n`` whole nodes of partition ``p`` at ``t``.
+
+    Returns ``(shadow time, the partition's nodes free by then)`` from the running jobs'
+    expected ends, or ``None`` when it never fits.
+    """
+    ready = state.ready_whole(t, state.cluster.part_mask[p])
+    shadow = int(np.partition(ready, n - 1)[n - 1])
+    if shadow >= _INF:
+        return None
+    return shadow, int(np.count_nonzero(ready <= shadow))
+
+
+def reserve_shared(state: NodeState, p: int, m: int, req: Request,
+                   place: Callable[..., tuple[Any, int] | None], t: int,
+                   window: int) -> Reservation | None:
+    """The reservation of a blocked job sharing nodes (``req``; ``m`` MiB per node).
+
+    On the nodes of partition ``p`` that ``place`` gives it at its shadow time, with
+    what they have to spare then; ``None`` when that time lies more than ``window`` s
+    ahead, it never fits, or the placement refuses.
+    """
+    cl = state.cluster
+    n, c, g = req.nodes, req.cpus, req.gpus
+    pm = cl.part_mask[p]
+    ready = np.where(pm, state.ready_shared(t, pm, c, g, m), _INF)
+    shadow = int(np.partition(ready, n - 1)[n - 1])
+    if shadow >= _INF or shadow - t > window:
+        return None
+    res = place(cl, state, ready <= shadow, req)
+    if res is None:  # n nodes are usable, but a policy may refuse (dsif delays)
+        return None
+    nodes = res[0]
+    fc, fg, fm = state.free_at(nodes, shadow, t)
+    return Reservation(req.job, p, shadow, nodes=nodes, spare_c=fc - c, spare_g=fg - g,
+                       spare_m=fm - m)
+
+
 @dataclass(eq=False)
 class SimResult:
     """What a replay produced.
@@ -304,6 +343,7 @@ class Simulator:
         self._bf_window = int(self.opt.bf_window)
         self._bf_interval = int(self.opt.bf_interval)
         self._dynamic = bool(policy.dynamic)
+        self._calc = max(1, int(policy.rescore_period or self.opt.priority_calc_period))
         self.state = NodeState(cluster)
         self.state.whole_only = bool(jobs.exclusive.all())
         self.rng = np.random.default_rng(self.eng.seed)
@@ -1430,8 +1470,6 @@ class Simulator:
 
     def _reserve(self, j: int, t: int) -> Reservation | None:
         """The reservation of blocked job ``j`` (``None``: its shadow time is beyond the window)."""
-        st = self.state
-        cl = self.cluster
         p, excl, c, g, m = self._sh[self._shape[j]]
         n = self._nodes[j]
         if excl:
@@ -1442,19 +1480,8 @@ class Simulator:
             if shadow - t > self._bf_window:
                 return None
             return Reservation(j, p, shadow, extra=ready_nodes - n)
-        pm = cl.part_mask[p]
-        ready = np.where(pm, self._ready_shared(t, pm, c, g, m), _INF)
-        shadow = int(np.partition(ready, n - 1)[n - 1])
-        if shadow >= _INF or shadow - t > self._bf_window:
-            return None
-        res = self.policy.place(cl, st, ready <= shadow,
-                                Request(n, c, g, excl, j, t, self.eng.seed))
-        if res is None:  # n nodes are usable, but a policy may refuse (dsif delays)
-            return None
-        nodes = res[0]
-        fc, fg, fm = self._free_at(nodes, shadow, t)
-        return Reservation(j, p, shadow, nodes=nodes, spare_c=fc - c, spare_g=fg - g,
-                           spare_m=fm - m)
+        return reserve_shared(self.state, p, m, Request(n, c, g, excl, j, t, self.eng.seed),
+                              self.policy.place, t, self._bf_window)
 
     def _shadow_whole(self, j: int, p: int, n: int, t: int) -> tuple[int, int] | None:
         """Shadow time of whole-node job ``j`` and the partition's nodes free by then.
@@ -1484,45 +1511,12 @@ class Simulator:
             if shadow < 0:
                 return None
             return shadow, idle + acc
-        ready = self.state.ready_whole(t, self.cluster.part_mask[p])
-        shadow = int(np.partition(ready, n - 1)[n - 1])
-        if shadow >= _INF:
-            return None
-        return shadow, int(np.count_nonzero(ready <= shadow))
-
-    def _ready_shared(self, t: int, pm: np.ndarray, c: int, g: int, m: int) -> np.ndarray:
-        """Per node, the earliest time one node's share ``(c, g, m)`` will be free."""
-        return self.state.ready_shared(t, pm, c, g, m)
-
-    def _free_at(self, nodes: np.ndarray, when: int, t: int
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Free CPUs, GPUs, memory of ``nodes`` (sorted) at ``when``, from expected ends."""
-        st = self.state
-        cl = self.cluster
-        fc = st.free_c[nodes].copy()
-        fg = st.free_g[nodes].copy()
-        fm = st.free_m[nodes].copy()
-        ex = st.excl[nodes] & (np.maximum(st.node_end[nodes], t) <= when)
-        fc[ex] = cl.cap_c[nodes[ex]]
-        fg[ex] = cl.cap_g[nodes[ex]]
-        fm[ex] = cl.cap_m[nodes[ex]]
-        rows = st.live_rows()
-        if rows.size:
-            rn = st.row_node[rows]
-            sel = np.isin(rn, nodes) & (np.maximum(st.row_end[rows], t) <= when)
-            if sel.any():
-                rows = rows[sel]
-                pos = np.searchsorted(nodes, st.row_node[rows])
-                k = nodes.size
-                fc += np.bincount(pos, weights=st.row_c[rows], minlength=k).astype(np.int64)
-                fg += np.bincount(pos, weights=st.row_g[rows], minlength=k).astype(np.int64)
-                fm += np.bincount(pos, weights=st.row_m[rows], minlength=k).astype(np.int64)
-        return fc, fg, fm
+        return whole_shadow(self.state, p, n, t)
 
     def _schedule(self, t: int) -> None:
         self._n_passes += 1
         if self._dynamic and t >= self.next_recalc:
-            self.next_recalc = t + max(1, self.opt.priority_calc_period)
+            self.next_recalc = t + self._calc
             self._recalc(t)
         if self.main_dirty:
             self.main_dirty = False

@@ -166,6 +166,9 @@ class Policy:
     Attributes:
         name: Registry name.
         dynamic: Scores change while jobs wait (re-scored every calc period).
+        rescore_period: Seconds between a dynamic policy's re-scorings of the queue; 0:
+            the scheduler's ``priority_calc_period`` (Slurm's own factors). A learned
+            policy deployed by the helper is re-scored every helper cycle instead.
         uses_usage: The engine must track per-user usage for :attr:`ScoreContext.usage`.
         settles_after: For a dynamic policy, seconds after its eligible time from which a
             job's score no longer changes while it waits (the engine then re-scores
@@ -178,6 +181,7 @@ class Policy:
 
     name: ClassVar[str] = ""
     dynamic: bool = False
+    rescore_period: int = 0
     uses_usage: bool = False
     settles_after: int | None = None
     reads_state: ClassVar[bool] = True

@@ -791,6 +791,33 @@ class NodeState:
             ready[u] = end[okr[k]]
         return ready
 
+    def free_at(self, nodes: np.ndarray, when: int, t: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Free CPUs, GPUs, memory of ``nodes`` (sorted) at ``when`` (>= ``t``, now).
+
+        If every running job ends at its expected end (start + time limit).
+        """
+        cl = self.cluster
+        fc = self.free_c[nodes].copy()
+        fg = self.free_g[nodes].copy()
+        fm = self.free_m[nodes].copy()
+        ex = self.excl[nodes] & (np.maximum(self.node_end[nodes], t) <= when)
+        fc[ex] = cl.cap_c[nodes[ex]]
+        fg[ex] = cl.cap_g[nodes[ex]]
+        fm[ex] = cl.cap_m[nodes[ex]]
+        rows = self.live_rows()
+        if rows.size:
+            rn = self.row_node[rows]
+            sel = np.isin(rn, nodes) & (np.maximum(self.row_end[rows], t) <= when)
+            if sel.any():
+                rows = rows[sel]
+                pos = np.searchsorted(nodes, self.row_node[rows])
+                k = nodes.size
+                fc += np.bincount(pos, weights=self.row_c[rows], minlength=k).astype(np.int64)
+                fg += np.bincount(pos, weights=self.row_g[rows], minlength=k).astype(np.int64)
+                fm += np.bincount(pos, weights=self.row_m[rows], minlength=k).astype(np.int64)
+        return fc, fg, fm
+
     def ready_whole(self, t: int, pm: np.ndarray) -> np.ndarray:
         """Per node, the earliest time it will be idle (expected ends; as :meth:`ready_shared`)."""
         ready: np.ndarray = np.where(pm, np.where(self.idle, t, np.maximum(self.node_end, t)),

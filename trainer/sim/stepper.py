@@ -51,7 +51,7 @@ import numpy as np
 from slurm_plugin import placement as candidate_sets
 from slurm_plugin.features import NodesRaw, Normalisation, Observation, UserHistory
 
-from .engine import EngineOptions, SimResult
+from .engine import EngineOptions, Reservation, SimResult, reserve_shared, whole_shadow
 from .metrics import TAU, fragmentation, jain
 from .observe import nodes_raw, observe
 from .placement import PLACEMENTS, Request
@@ -616,24 +616,83 @@ class Stepper:
         return replace(nr, up=nr.up & self.cluster.part_mask[p],
                        free_m=self.state.free_m.astype(np.int64))
 
-    def candidates(self, row: int, max_sets: int = 8) -> candidate_sets.Candidates:
-        """Candidate node sets for pending job ``row`` (none when it does not fit now)."""
+    def candidates(self, row: int, max_sets: int = 8, usable: np.ndarray | None = None
+                   ) -> candidate_sets.Candidates:
+        """Candidate node sets for pending job ``row`` (none when it does not fit now).
+
+        ``usable``: on those nodes only (e.g. from :meth:`backfill_view`).
+        """
         self._check_pending(row)
         _, excl, c, g, m = self._sh[self._shape[row]]
-        return candidate_sets.candidates(self.nodes_raw(row), self._nodes[row], c, g, m,
-                                         excl, max_sets)
+        nr = self.nodes_raw(row)
+        if usable is not None:
+            nr = replace(nr, up=nr.up & usable)
+        return candidate_sets.candidates(nr, self._nodes[row], c, g, m, excl, max_sets)
 
-    def best_fit(self, row: int) -> np.ndarray | None:
-        """Slurm's topology/tree best fit for job ``row`` now, or ``None`` if it does not fit."""
+    def best_fit(self, row: int, usable: np.ndarray | None = None) -> np.ndarray | None:
+        """Slurm's topology/tree best fit for job ``row`` now, or ``None`` if it does not fit.
+
+        ``usable``: on those nodes only.
+        """
         self._check_pending(row)
-        return self._tree_fit(row)
+        return self._tree_fit(row, usable)
 
-    def _tree_fit(self, row: int) -> np.ndarray | None:
+    def _tree_fit(self, row: int, usable: np.ndarray | None = None) -> np.ndarray | None:
         """:meth:`best_fit` for any job of the table (not checked to be pending)."""
         _, excl, c, g, _ = self._sh[self._shape[row]]
-        res = self._place(self.cluster, self.state, self.usable(row),
+        res = self._place(self.cluster, self.state,
+                          self.usable(row) if usable is None else usable,
                           Request(self._nodes[row], c, g, excl), None)
         return None if res is None else np.asarray(res[0], dtype=np.int64)
+
+    # ------------------------------------------------------------------ backfill
+    def reserve(self, row: int, window: int = BIG) -> Reservation | None:
+        """EASY backfill's reservation for pending job ``row``.
+
+        As the engine's backfill makes one for a partition's first blocked job: by count
+        for whole nodes, on the nodes the tree placement gives it at its shadow time
+        otherwise (:class:`~trainer.sim.engine.Reservation`). ``None`` when its shadow
+        time lies more than ``window`` s ahead or it never fits.
+        """
+        self._check_pending(row)
+        p, excl, c, g, m = self._sh[self._shape[row]]
+        n, t = self._nodes[row], self.now
+        if excl:
+            found = whole_shadow(self.state, p, n, t)
+            if found is None or found[0] - t > window:
+                return None
+            return Reservation(row, p, found[0], extra=found[1] - n)
+        return reserve_shared(self.state, p, m, Request(n, c, g, excl, row, t), self._place,
+                              t, window)
+
+    def backfill_view(self, row: int, resv: Sequence[Reservation], resolution: int = 1
+                      ) -> tuple[np.ndarray, tuple[Reservation, ...]] | None:
+        """Where pending job ``row`` may start now without delaying any of ``resv``.
+
+        As the engine's backfill: the reservations it would still run at (its expected
+        end rounded up to ``resolution`` s past their shadow time) cap its node count
+        (whole-node ones, by their spare count) and keep their nodes' reserved shares
+        from it (shared ones). Returns ``(usable nodes, those reservations)`` (start it
+        with them: :meth:`start`'s ``view``), or ``None`` when it cannot start.
+        """
+        self._check_pending(row)
+        p, excl, c, g, m = self._sh[self._shape[row]]
+        n = self._nodes[row]
+        end = -(-(self.now + self._limit[row]) // resolution) * resolution
+        view = tuple(r for r in resv if r.shadow < end)
+        mask = self.usable(row)
+        cap = BIG
+        for r in view:
+            if r.whole:
+                cap = min(cap, r.extra)
+                continue
+            blocked = r.blocked(excl, c, g, m)
+            if blocked.size:
+                mask = mask.copy()
+                mask[blocked] = False
+        if min(int(np.count_nonzero(mask)), cap) < n:
+            return None
+        return mask, view
 
     # ------------------------------------------------------------------ warm start
     def warm(self, now: int, running: Sequence[tuple[int, int, int]]) -> int:
@@ -699,8 +758,12 @@ class Stepper:
         if not (0 <= row < self.jobs.n) or not self.in_system[row] or self.start_time[row] >= 0:
             raise ValueError(f"job row {row} is not pending at t={self.now}")
 
-    def start(self, row: int, nodes: Sequence[int] | np.ndarray) -> int:
+    def start(self, row: int, nodes: Sequence[int] | np.ndarray,
+              view: Sequence[Reservation] = ()) -> int:
         """Start pending job ``row`` now on ``nodes``; returns its run time.
+
+        ``view``: the backfill reservations it runs past (:meth:`backfill_view`), which
+        it takes from.
 
         Raises:
             ValueError: If the job is not pending, or the nodes are not as many as it
@@ -724,6 +787,10 @@ class Stepper:
         if self._on_start is not None:
             self._on_start(row, idx, nl, t)
         self._occupy(row, idx, nl, t, t + run)
+        if view:
+            _, _, c, g, m = self._sh[self._shape[row]]
+            for r in view:
+                r.take(idx, c, g, m)
         self._pending.remove(row)
         self._pending_arr = None
         self._add(self.reward.started(self, row, run))
