@@ -12,20 +12,19 @@ Events
     the node state's version and the job): the same trace and seed give identical results.
 
 Scheduling pass (at every event time where something changed)
-    1. *Priorities*: a ``dynamic`` policy (Slurm's multifactor with age or fair-share)
-       is re-scored every ``priority_calc_period`` (a learned policy every
-       :attr:`~trainer.sim.policies.Policy.rescore_period`: the helper's cycle), at the
-       first event after it elapsed (no timer events); a job is scored when it arrives. The pending queue is kept
-       sorted by score (ties: arrival order). A re-scoring that leaves the order as it
-       was changes nothing else (the passes already made stand). When the queue is in
-       arrival order and the policy's scores settle (:attr:`Policy.settles_after`:
-       Slurm's multifactor without fair-share is constant once the age factor reaches
-       ``PriorityMaxAge``), only the jobs younger than that are re-scored. When
-       moreover every pending job has the same static part of its score
-       (:meth:`Policy.static_part`: Slurm's baseline on one partition), a re-scoring
-       cannot change the order nor let an arrival pass a waiting job: it is deferred,
-       and the keys are brought up to its time only before a job with another static
-       part arrives or a re-scoring that might matter runs (same keys, far less work).
+    1. *Priorities*: a ``dynamic`` policy (Slurm's multifactor with age or fair-share) is
+       re-scored every ``priority_calc_period`` (a learned policy every
+       :attr:`~trainer.sim.policies.Policy.rescore_period`: the helper's cycle), at the first event
+       after it elapsed (no timer events); a job is scored when it arrives. The pending queue is
+       kept sorted by score (ties: arrival order). A re-scoring that leaves the order as it was
+       changes nothing else (the passes already made stand). When the queue is in arrival order and
+       the policy's scores settle (:attr:`Policy.settles_after`: Slurm's multifactor without
+       fair-share is constant once the age factor reaches ``PriorityMaxAge``), only the jobs
+       younger than that are re-scored. When moreover every pending job has the same static part of
+       its score (:meth:`Policy.static_part`: Slurm's baseline on one partition), a re-scoring
+       cannot change the order nor let an arrival pass a waiting job: it is deferred, and the keys
+       are brought up to its time only before a job with another static part arrives or a
+       re-scoring that might matter runs (same keys, far less work).
     2. *Main scheduler* (Slurm's main loop): pending jobs in priority order start where
        they fit; the first job of a partition that cannot start blocks the rest of that
        partition (strict priority order per partition). It runs when resources were
