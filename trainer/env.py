@@ -376,6 +376,8 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._fit_now = np.zeros(0, dtype=bool)
         self._resv: list[Reservation] = []
         self._resv_parts: set[int] = set()
+        #: per action index, where that job may start under the reservations (queue order)
+        self._views: dict[int, tuple[np.ndarray, tuple[Reservation, ...]]] = {}
         self._view: tuple[Reservation, ...] = ()
         self._obs: Observation | None = None
         self._phase = 0
@@ -501,6 +503,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
 
     def _legal_jobs(self, rows: np.ndarray, fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(may start now, legal to pick)`` among the visible jobs (module docstring)."""
+        self._views = {}
         guarded = self._guarded(rows, fits)
         if guarded is not None:
             return guarded, guarded
@@ -511,7 +514,10 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             st = self.stepper
             start = fits.copy()
             for k in np.flatnonzero(fits).tolist():
-                start[k] = st.backfill_view(int(rows[k]), self._resv) is not None
+                found = st.backfill_view(int(rows[k]), self._resv)
+                start[k] = found is not None
+                if found is not None:
+                    self._views[k] = found
         if not start.any():
             return start, start
         # a job that does not fit may be picked while its partition has no reservation
@@ -592,8 +598,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                     self._resv.append(r)
                 self._refresh()
             else:
-                found = st.backfill_view(row, self._resv) if self._resv else None
-                usable, self._view = found if found is not None else (None, ())
+                usable, self._view = self._views.get(a, (None, ()))
                 if cfg.place:
                     self._cands = st.candidates(row, cfg.max_candidates, usable)
                     self._phase, self._selected = 1, a
