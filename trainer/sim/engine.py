@@ -220,6 +220,29 @@ class Reservation:
             self.version += 1
 
 
+def outside(mask: np.ndarray, view: Iterable[Reservation], excl: bool, c: int, g: int,
+            m: int) -> tuple[np.ndarray, int]:
+    """Where a job running past the shadow times of ``view``'s reservations may go.
+
+    Returns ``mask`` less the nodes those reservations keep from a job asking ``c, g,
+    m`` per node (``excl``: whole nodes), the same array when none is taken out (else a
+    copy), and the most nodes their whole-node reservations leave it (``_INF``: no cap).
+    """
+    cap = _INF
+    copied = False
+    for r in view:
+        if r.whole:
+            cap = min(cap, r.extra)
+            continue
+        blocked = r.blocked(excl, c, g, m)
+        if blocked.size:
+            if not copied:
+                mask = mask.copy()
+                copied = True
+            mask[blocked] = False
+    return mask, cap
+
+
 def whole_shadow(state: NodeState, p: int, n: int, t: int) -> tuple[int, int] | None:
     """EASY backfill's shadow time of ``n`` whole nodes of partition ``p`` at ``t``.
 
@@ -800,21 +823,10 @@ class Simulator:
         p, excl, c, g, m = self._sh[sh]
         if view:
             mask, cnt = self._usable(sh, ())
-            cap = _INF
-            copied = False
-            for r in view:
-                if r.whole:
-                    cap = min(cap, r.extra)
-                    continue
-                blocked = r.blocked(excl, c, g, m)
-                if blocked.size:
-                    if not copied:
-                        mask = mask.copy()
-                        copied = True
-                    mask[blocked] = False
-            if copied:
-                cnt = int(np.count_nonzero(mask))
-            out = (mask, min(cnt, cap))
+            kept, cap = outside(mask, view, excl, c, g, m)
+            if kept is not mask:
+                cnt = int(np.count_nonzero(kept))
+            out = (kept, min(cnt, cap))
         else:
             mask = st.fit_mask(p, excl, c, g, m)
             out = (mask, int(st.idle_count[p]) if excl else int(np.count_nonzero(mask)))

@@ -51,7 +51,14 @@ import numpy as np
 from slurm_plugin import placement as candidate_sets
 from slurm_plugin.features import NodesRaw, Normalisation, Observation, UserHistory
 
-from .engine import EngineOptions, Reservation, SimResult, reserve_shared, whole_shadow
+from .engine import (
+    EngineOptions,
+    Reservation,
+    SimResult,
+    outside,
+    reserve_shared,
+    whole_shadow,
+)
 from .metrics import TAU, fragmentation, jain
 from .observe import nodes_raw, observe
 from .placement import PLACEMENTS, Request
@@ -680,16 +687,7 @@ class Stepper:
         n = self._nodes[row]
         end = -(-(self.now + self._limit[row]) // resolution) * resolution
         view = tuple(r for r in resv if r.shadow < end)
-        mask = self.usable(row)
-        cap = BIG
-        for r in view:
-            if r.whole:
-                cap = min(cap, r.extra)
-                continue
-            blocked = r.blocked(excl, c, g, m)
-            if blocked.size:
-                mask = mask.copy()
-                mask[blocked] = False
+        mask, cap = outside(self.usable(row), view, excl, c, g, m)
         if min(int(np.count_nonzero(mask)), cap) < n:
             return None
         return mask, view
