@@ -716,3 +716,17 @@ def test_warm_started_random_agents_never_over_allocate(kind, seed, place, speed
         assert (res.end[placed] == end[ran] - t0).tolist() == [True] * ran.size
     assert info["episode_metrics"]["jobs"] == 40
     assert env.stepper.state.idle.all()
+
+
+def test_the_clis_offer_the_envs_actions():
+    # the CLIs spell the choices out (trainer.env imports gymnasium): they must agree
+    import click
+
+    from trainer.cli_train import train
+    from trainer.demo import demo
+    from trainer.env import ACTIONS
+
+    rl_cmd = train.commands["rl"]
+    for cmd in (rl_cmd, demo):
+        opt = next(p for p in cmd.params if p.name == "actions")
+        assert isinstance(opt.type, click.Choice) and tuple(opt.type.choices) == ACTIONS
