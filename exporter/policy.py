@@ -88,12 +88,13 @@ class OnnxPolicy(TorchPolicy):
     def __init__(self, session: Any, *, norm: Normalisation | None = None,
                  history: UserHistory | None = None,
                  settings: PrioritySettings | None = None, placement: str = "tree",
-                 max_sets: int = 8, rank_all: bool = True) -> None:
+                 max_sets: int = 8, rank_all: bool = True,
+                 rescore_period: int | None = None) -> None:
         backend = OrtBackend(session)
         # TorchPolicy only calls eval() and forward_batch() on its net
         super().__init__(cast(PolicyNet, backend), history=history, norm=norm,
                          settings=settings, placement=placement, max_sets=max_sets,
-                         rank_all=rank_all)
+                         rank_all=rank_all, rescore_period=rescore_period)
         self.backend = backend
 
     @classmethod

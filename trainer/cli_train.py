@@ -305,6 +305,9 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--score-resolution", "score_resolution", click.FloatRange(min=0),
      "With --val-deployed: round the net's scores to multiples of this, as the helper's"
      " score_resolution (jobs scored that close tie, the older first; default 0: exact)."),
+    ("--rescore", "rescore", click.FloatRange(min=1),
+     "With --val-deployed: seconds between the net's re-rankings of the whole queue, as"
+     " the helper's interval (default 15, the helper's default)."),
     ("--train-guard/--no-train-guard", "train_guard", None,
      "Train behind that guard too: in the env, starving jobs start first and the others"
      " only around the oldest one's reservation, as the helper deploys the net (default:"

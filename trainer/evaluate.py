@@ -149,6 +149,10 @@ __all__ = [
 #: Name of the Slurm baseline the targets are measured against.
 SLURM = "slurm"
 
+#: ``EvalConfig.policy_placement``: the learned policies' jobs are placed as the
+#: scheduler places every job (``SchedulerOptions.placement``), as when the helper does
+#: not steer (``steering = "none"``).
+SCHEDULER_PLACEMENT = "scheduler"
 
 # ---------------------------------------------------------------------------- config
 @dataclass(frozen=True)
@@ -167,7 +171,9 @@ class EvalConfig:
     must be among them: the targets are measured against it)."""
     policy_placement: str = "policy"
     """Node selection of the learned policies: ``policy`` (the net's placement head,
-    as the helper steers) or a name of :data:`trainer.sim.placement.PLACEMENTS`."""
+    as the helper steers), ``scheduler`` (:data:`SCHEDULER_PLACEMENT`: the scheduler's
+    own, as with a helper that does not steer) or a name of
+    :data:`trainer.sim.placement.PLACEMENTS`."""
     history_jobs: int = 256
     """Finished jobs before the replay that a learned policy's user history starts
     from (the most recent ones)."""
@@ -200,6 +206,12 @@ class EvalConfig:
     many seconds for one leaf (Slurm's ``--switches=1@wait``); 0 (default): no wait.
     The helper steers either by node lists or by switch counts, so with a wait the models
     place their jobs as Slurm does (``tree``) unless ``policy_placement`` names another."""
+    rescore: float = 15.0
+    """Seconds between a learned policy's re-rankings of the whole queue, as the
+    helper re-ranks it every cycle (its ``interval``; default 15 s, the helper's default,
+    :data:`trainer.policy.HELPER_CYCLE`). The scheduler itself re-computes its
+    priorities every ``priority_calc_period`` (5 minutes by default): a policy re-ranked
+    that seldom replays worse than the helper deploys it."""
     guard_heuristics: bool = False
     """Replay every baseline but ``slurm`` behind the same starvation guard as the
     learned policies (``starvation_limit``, ``starvation_order``, ``express_limit``;
@@ -239,6 +251,8 @@ class EvalConfig:
         time_split(10, self.train, self.val)  # validates the shares
         if not 0 <= self.warmup <= self.train + self.val:
             raise ValueError(f"EvalConfig.warmup must lie in [0, train + val], not {self.warmup}")
+        if not self.rescore >= 1:
+            raise ValueError(f"EvalConfig.rescore must be at least 1 s, not {self.rescore}")
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}: {sorted(BASELINES)}")
@@ -247,9 +261,10 @@ class EvalConfig:
         check_score_resolution(self.score_resolution)
         if not (math.isfinite(self.switch_wait) and self.switch_wait >= 0):
             raise ValueError(f"EvalConfig.switch_wait must be >= 0 seconds, not {self.switch_wait}")
-        if self.policy_placement != "policy" and self.policy_placement not in PLACEMENTS:
-            raise ValueError(f"policy_placement must be 'policy' or one of {sorted(PLACEMENTS)},"
-                             f" not {self.policy_placement!r}")
+        if (self.policy_placement not in ("policy", SCHEDULER_PLACEMENT)
+                and self.policy_placement not in PLACEMENTS):
+            raise ValueError(f"policy_placement must be 'policy', '{SCHEDULER_PLACEMENT}' or"
+                             f" one of {sorted(PLACEMENTS)}, not {self.policy_placement!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError("EvalConfig.threads must be >= 1 (or None)")
         check_starvation_order(self.starvation_order)
@@ -627,7 +642,7 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
                 settings: PrioritySettings | None = None,
                 starvation_limit: float = 0.0, starvation_order: str = "age",
                 score_resolution: float = 0.0, switch_wait: float = 0.0,
-                express_limit: float = 0.0) -> Policy:
+                express_limit: float = 0.0, rescore: float | None = None) -> Policy:
     """A learned policy from a checkpoint (``.pt``) or an exported model (``.onnx``).
 
     Args:
@@ -650,11 +665,15 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
             (:class:`SwitchWait`, the helper's ``switch_wait``); 0: no wait. With a wait,
             ``placement="policy"`` is Slurm's (``tree``), as the helper then steers by
             switch counts, not node lists.
+        rescore: Seconds between the policy's re-rankings of the whole queue (the
+            helper's ``interval``; ``None``: its default,
+            :data:`trainer.policy.HELPER_CYCLE`).
 
     Raises:
         ValueError: If the file is not a checkpoint nor a valid model (with the reason).
     """
     p = Path(path)
+    period = None if rescore is None else max(1, round(rescore))
     if p.suffix == ".onnx":
         from exporter.policy import OnnxPolicy
         from slurm_plugin.model import ModelError, load_model
@@ -664,13 +683,14 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         except ModelError as exc:
             raise ValueError(f"{p}: {exc.reason} ({exc.action})") from None
         pol: Any = OnnxPolicy(model.session, norm=model.norm, settings=settings,
-                              rank_all=rank_all)
+                              rank_all=rank_all, rescore_period=period)
         meta = model.card
     else:
         from trainer.policy import TorchPolicy, load_checkpoint
 
         ck = load_checkpoint(p)
-        pol = TorchPolicy(ck.net, norm=ck.norm, settings=settings, rank_all=rank_all)
+        pol = TorchPolicy(ck.net, norm=ck.norm, settings=settings, rank_all=rank_all,
+                          rescore_period=period)
         meta = ck.extra
     if history is not None:
         pol.history = history(pol.norm) if callable(history) else history
@@ -1245,13 +1265,15 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         def learned(m: Any = m) -> tuple[Policy, SchedulerOptions]:
             if isinstance(m, Policy):
                 return m, opts
-            return load_policy(m, history=history, placement=cfg.policy_placement,
+            place = (opts.placement if cfg.policy_placement == SCHEDULER_PLACEMENT
+                     else cfg.policy_placement)
+            return load_policy(m, history=history, placement=place,
                                rank_all=cfg.rank_all, settings=prio,
                                starvation_limit=cfg.starvation_limit,
                                starvation_order=cfg.starvation_order,
                                score_resolution=cfg.score_resolution,
                                switch_wait=cfg.switch_wait,
-                               express_limit=cfg.express_limit), opts
+                               express_limit=cfg.express_limit, rescore=cfg.rescore), opts
         runs.append((name, learned))
     for name in [SLURM, *[b for b in cfg.baselines if b != SLURM]]:
         def baseline(name: str = name) -> tuple[Policy, SchedulerOptions]:
@@ -1444,6 +1466,58 @@ def _model_args(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def helper_settings(path: str) -> dict[str, Any]:
+    """The :class:`EvalConfig` settings a helper configuration file deploys models with.
+
+    Read from the helper's own TOML file (``/etc/rlsched/helper.toml``; checked as the
+    helper checks it, :func:`slurm_plugin.helper.config.load_config`): its ``interval``
+    (``rescore``), ``rank_all``, starvation guard (``starvation_limit``,
+    ``starvation_order``, ``express_limit``), ``score_resolution``, and its steering:
+    ``reqnodes`` places with the policy's head, ``switches`` waits ``switch_wait`` for one
+    leaf switch under Slurm's placement, ``none`` leaves placement to the scheduler
+    (``policy_placement`` :data:`SCHEDULER_PLACEMENT`).
+    Not replayed: the per-cycle bounds (``max_changes``, ``steer_jobs``,
+    ``steer_min_nodes``) and the site-factor band.
+
+    Raises:
+        ValueError: The file is missing, unreadable, world-writable or invalid (the
+            helper's message).
+    """
+    from slurm_plugin.helper.config import ConfigError, load_config
+
+    try:
+        hc, _ = load_config(path)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    steer = {"reqnodes": "policy", "switches": "tree", "none": SCHEDULER_PLACEMENT}
+    return {"rescore": float(hc.interval), "rank_all": hc.rank_all,
+            "starvation_limit": hc.starvation_limit, "starvation_order": hc.starvation_order,
+            "express_limit": hc.express_limit, "score_resolution": hc.score_resolution,
+            "switch_wait": hc.switch_wait if hc.steering == "switches" else 0.0,
+            "policy_placement": steer[hc.steering]}
+
+
+def config_from_options(over: Mapping[str, Any], helper_config: str | None = None,
+                        **fixed: Any) -> EvalConfig:
+    """An :class:`EvalConfig` from command-line values over a helper file's settings.
+
+    ``over`` (``None``: not given) wins over the settings of ``helper_config``
+    (:func:`helper_settings`), which win over the defaults; ``fixed`` over all.
+
+    Raises:
+        click.UsageError: A bad value or helper file, with what to do.
+    """
+    try:
+        base = helper_settings(helper_config) if helper_config else {}
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--helper-config'") from None
+    try:
+        return EvalConfig(**{**base, **{k: v for k, v in over.items() if v is not None},
+                             **fixed})
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _baseline_names(text: str | None) -> tuple[str, ...] | None:
     """``--baselines``: the names given, ``slurm`` first (added when missing).
 
@@ -1471,9 +1545,11 @@ def _eval_options(fn: Any) -> Any:
         click.option("--warmup", type=click.FloatRange(0, 1),
                      help="Share of jobs before the test period replayed first, not counted"
                           " (default 0.1: the validation period; 0: start empty)."),
-        click.option("--policy-placement", type=click.Choice(["policy", *PLACEMENTS]),
+        click.option("--policy-placement",
+                     type=click.Choice(["policy", SCHEDULER_PLACEMENT, *PLACEMENTS]),
                      help="Node selection of the models: their placement head (policy,"
-                          " default) or a named placement."),
+                          " default), the scheduler's (scheduler: the helper does not"
+                          " steer) or a named placement."),
         click.option("--rank-all/--no-rank-all", default=None,
                      help="How the models order the queue, as the helper's rank_all: every"
                           " job by its raw score (default), or the jobs that fit now first,"
@@ -1492,6 +1568,16 @@ def _eval_options(fn: Any) -> Any:
                           " every other, starving ones included (default 0: none; needs"
                           " --starvation-order policy; --guard-heuristics gives the"
                           " baselines the same lane)."),
+        click.option("--rescore", type=click.FloatRange(1),
+                     help="Seconds between the models' re-rankings of the whole queue, as"
+                          " the helper's interval: it ranks every pending job each cycle"
+                          " (default 15, the helper's default; 300 re-ranks only as often"
+                          " as Slurm's priority_calc_period re-computes priorities)."),
+        click.option("--helper-config", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Replay the models as this helper.toml deploys them: its"
+                          " interval, rank_all, starvation guard, score_resolution and"
+                          " steering (reqnodes: the model places; switches: switch_wait;"
+                          " none: the scheduler places). Options given here override it."),
         click.option("--score-resolution", type=click.FloatRange(0),
                      help="Round the models' scores to multiples of this, as the helper's"
                           " score_resolution: jobs scored that close tie and the older"
@@ -1542,6 +1628,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      guard_heuristics: bool | None, score_resolution: float | None,
                      switch_wait: float | None, windows: int | None, resamples: int | None,
                      baselines: str | None, express_limit: float | None = None,
+                     rescore: float | None = None, helper_config: str | None = None,
                      **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
@@ -1568,12 +1655,9 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                             "guard_heuristics": guard_heuristics,
                             "score_resolution": score_resolution,
                             "switch_wait": switch_wait, "windows": windows,
-                            "resamples": resamples,
+                            "resamples": resamples, "rescore": rescore,
                             "baselines": _baseline_names(baselines)}
-    try:
-        cfg = EvalConfig(**{k: v for k, v in over.items() if v is not None})
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    cfg = config_from_options(over, helper_config)
     prep = _prepare(sim)
     try:
         res = evaluate(prep.jobs, prep.cluster, paths, cfg, options=prep.options,

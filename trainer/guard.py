@@ -86,6 +86,7 @@ from .evaluate import (
     Split,
     _util,
     _util_reading,
+    config_from_options,
     evaluate,
     time_split,
 )
@@ -265,6 +266,8 @@ class GuardSweep:
             bounds as ``windows``.
         switch_wait: The helper's leaf-switch wait the model was replayed with
             (seconds; 0: none).
+        rescore: Seconds between the model's re-rankings of the queue (the helper's
+            ``interval`` it was replayed with).
         util_slack: The share of Slurm's utilisation a setting could be below and
             still keep the utilisation bound (0: not lower).
         trained_behind: The guard the model was trained behind (:func:`trained_guard`;
@@ -281,6 +284,7 @@ class GuardSweep:
     switch_wait: float = 0.0
     util_slack: float = 0.0
     trained_behind: GuardSetting | None = None
+    rescore: float = EvalConfig.rescore
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -308,7 +312,7 @@ class GuardSweep:
             period["windows"] = [list(w) for w in self.windows]
         return {"period": period,
                 "slurm": self.slurm, "p99_slack": self.p99_slack,
-                "switch_wait": self.switch_wait,
+                "switch_wait": self.switch_wait, "rescore": self.rescore,
                 "max_wait_slack": self.max_wait_slack, "util_slack": self.util_slack,
                 "resolutions": list(self.resolutions),
                 "express_limits": list(self.expresses),
@@ -567,7 +571,7 @@ def sweep(jobs: JobTable, cluster: Cluster, model: str | os.PathLike[str],
                 for m, sl in zip(mine, slurm_w, strict=True)]
     out = GuardSweep(periods[-1], slurm, rows, cfg.p99_slack, max_wait_slack,
                      windows=periods, switch_wait=cfg.switch_wait, util_slack=util_slack,
-                     trained_behind=trained_guard(model))
+                     trained_behind=trained_guard(model), rescore=cfg.rescore)
     out.choice = choose(out.rows)
     return out
 
@@ -645,7 +649,7 @@ def _days(s: float) -> str:
     return f"{s / 86400:.2f} d"
 
 
-def print_sweep(res: GuardSweep) -> None:
+def print_sweep(res: GuardSweep, also: str = "") -> None:
     """The table, the choice and the ``helper.toml`` lines."""
     from slurm_plugin.output import table
 
@@ -688,6 +692,9 @@ def print_sweep(res: GuardSweep) -> None:
     if res.switch_wait:
         click.echo('the model replayed as steering = "switches" deploys it: multi-node jobs'
                    f" wait up to {_span(res.switch_wait)} for one leaf switch")
+    if res.rescore != EvalConfig.rescore:
+        click.echo(f"the model re-ranks the queue every {res.rescore:g} s (the helper's"
+                   " interval)")
     table(heads, body)
     tb = res.trained_behind
     if tb is not None:
@@ -717,6 +724,9 @@ def print_sweep(res: GuardSweep) -> None:
             res_opt += f" --express-limit {_seconds(v['express_limit'])}"
     if res.switch_wait:
         res_opt += f" --switch-wait {_seconds(res.switch_wait)}"
+    if res.rescore != EvalConfig.rescore:
+        res_opt += f" --rescore {res.rescore:g}"
+    res_opt += also
     r = res.rows[res.choice[0]]
     if not r["bsld_vs_slurm"] < 1:
         click.echo(f"warning: behind this guard the model's mean bounded slowdown is"
@@ -837,12 +847,21 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
               help="Replay the model with the helper's leaf-switch wait, in seconds (its"
                    " switch_wait with steering = \"switches\"), as it will be deployed:"
                    " the guard is then chosen for that mode (default 0: no wait).")
+@click.option("--rescore", type=click.FloatRange(1),
+              help="Seconds between the model's re-rankings of the whole queue, as the"
+                   " helper's interval (default 15, the helper's default).")
+@click.option("--helper-config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Replay the model as this helper.toml deploys it: its interval, rank_all"
+                   " and steering (switches: its switch_wait; none: the scheduler places);"
+                   " the guard settings are what this command tries. Options given here"
+                   " override it.")
 @_input_options
 def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: float,
                max_wait_slack: float | None, util_slack: float, resolutions: str,
                express_limits: str, train_share: float | None,
                val_share: float | None, warmup: float | None, windows: int | None,
-               switch_wait: float | None, json_: bool | None, **kwargs: Any) -> None:
+               switch_wait: float | None, json_: bool | None, rescore: float | None = None,
+               helper_config: str | None = None, **kwargs: Any) -> None:
     """Choose the helper's starvation guard on your own history.
 
     Replays the validation period (the jobs between the training and the test
@@ -872,12 +891,8 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
                                  " --orders", param_hint="--express-limits")
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
-                            "switch_wait": switch_wait}
-    try:
-        cfg = EvalConfig(p99_slack=p99_slack, **{k: v for k, v in over.items()
-                                                 if v is not None})
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+                            "switch_wait": switch_wait, "rescore": rescore}
+    cfg = config_from_options(over, helper_config, p99_slack=p99_slack)
     prep = _prepare(sim)
     settings = grid(lim, ords, rs, xs)
     if windows is None:
@@ -906,4 +921,4 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
 
         emit_json(data)
         return
-    print_sweep(res)
+    print_sweep(res, f" --helper-config {helper_config}" if helper_config else "")

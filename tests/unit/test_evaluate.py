@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -20,7 +21,10 @@ from trainer.evaluate import (
     Split,
     annotate,
     check_targets,
+    config_from_options,
     evaluate,
+    helper_settings,
+    load_policy,
     restrict,
     table_rows,
     time_split,
@@ -559,6 +563,76 @@ def test_fixed_placement_wraps_the_net(tiny_checkpoint):
     assert res.targets["best_heuristic"] == {"bsld": None, "jct": None}
 
 
+def _helper_file(path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+HELPER_TOML = """interval = 60
+rank_all = false
+starvation_limit = 86400
+starvation_order = "policy"
+express_limit = 900
+score_resolution = 0.2
+steering = "switches"
+switch_wait = "10m"
+"""
+
+
+def test_a_helper_file_sets_how_the_models_replay(tmp_path):
+    f = _helper_file(tmp_path / "helper.toml", HELPER_TOML)
+    assert helper_settings(f) == {
+        "rescore": 60.0, "rank_all": False, "starvation_limit": 86400.0,
+        "starvation_order": "policy", "express_limit": 900.0, "score_resolution": 0.2,
+        "switch_wait": 600.0, "policy_placement": "tree"}
+    # the helper's defaults are evaluate's: an empty file changes nothing
+    assert EvalConfig(**helper_settings(_helper_file(tmp_path / "empty.toml", ""))) == (
+        EvalConfig())
+    quiet = helper_settings(_helper_file(tmp_path / "none.toml", 'steering = "none"\n'))
+    assert quiet["policy_placement"] == "scheduler" and quiet["switch_wait"] == 0.0
+    # options given win over the file, the file over the defaults
+    cfg = config_from_options({"rescore": 30.0, "rank_all": None}, f, p99_slack=0.2)
+    assert (cfg.rescore, cfg.rank_all, cfg.starvation_order, cfg.p99_slack) == (
+        30.0, False, "policy", 0.2)
+    assert config_from_options({}).rescore == 15.0
+    bad = tmp_path / "open.toml"
+    _helper_file(bad, "interval = 60\n")
+    bad.chmod(0o666)
+    with pytest.raises(click.BadParameter, match="world-writable"):
+        config_from_options({}, str(bad))
+    with pytest.raises(click.BadParameter, match="unknown key 'intervall'"):
+        config_from_options({}, _helper_file(tmp_path / "typo.toml", "intervall = 60\n"))
+    with pytest.raises(click.BadParameter, match="not found"):
+        config_from_options({}, str(tmp_path / "missing.toml"))
+    with pytest.raises(click.UsageError, match="rescore must be at least 1 s"):
+        config_from_options({"rescore": 0.5})
+
+
+def test_the_models_re_rank_as_often_as_the_helper_is_set_to(monkeypatch, tiny_checkpoint):
+    import trainer.evaluate as ev
+
+    assert load_policy(tiny_checkpoint).rescore_period == 15  # the helper's default
+    guarded = load_policy(tiny_checkpoint, rescore=300, starvation_limit=3600.0)
+    assert guarded.rescore_period == 300  # (through the guard's wrapper)
+    seen: list[tuple[int, str]] = []
+
+    def spy(path, **kw):
+        pol = load_policy(path, **kw)
+        seen.append((pol.rescore_period, pol.placement))
+        return pol
+
+    monkeypatch.setattr(ev, "load_policy", spy)
+    jobs, cl = _table(120)
+    opts = SchedulerOptions(placement="linear")
+    cfg = EvalConfig(baselines=("slurm",), rescore=120.0, policy_placement="scheduler",
+                     resamples=0)
+    res = evaluate(jobs, cl, {"net": tiny_checkpoint}, cfg, options=opts)
+    assert seen == [(120, "linear")] and res.metrics["net"]["jobs"] == 24
+    with pytest.raises(ValueError, match="'policy', 'scheduler' or one of"):
+        EvalConfig(policy_placement="nowhere")
+
+
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found (set $RLSCHED_TRACES)")
 def test_evaluate_command(tmp_path, tiny_checkpoint):
     out = tmp_path / "out"
@@ -596,6 +670,24 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
         "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
         "--express-limit", "900"])
     assert aged.exit_code == 2 and "needs starvation_order" in aged.output
+    deployed = tmp_path / "deployed"  # as a helper.toml deploys it; an option wins over it
+    site = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--helper-config", _helper_file(tmp_path / "helper.toml", HELPER_TOML),
+        "--score-resolution", "0", "--baselines", "lrf", "--resamples", "0",
+        "--out", str(deployed)])
+    assert site.exit_code == 0, site.output + repr(site.exception)
+    assert "policy order, jobs of at most 15 min above them (express lane)" in site.output
+    used = json.loads((deployed / "config.json").read_text())["evaluate"]
+    assert (used["rescore"], used["rank_all"], used["switch_wait"], used["score_resolution"],
+            used["policy_placement"]) == (60.0, False, 600.0, 0.0, "tree")
+    unsafe = tmp_path / "unsafe.toml"
+    _helper_file(unsafe, "interval = 60\n")
+    unsafe.chmod(0o666)
+    refused = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--helper-config",
+        str(unsafe)])
+    assert refused.exit_code == 2 and "chmod o-w" in refused.output
     bad = CliRunner().invoke(cli.main, ["evaluate", str(tmp_path / "missing.pt"),
                                         "--trace", str(LUBLIN)])
     assert bad.exit_code != 0 and "no such file" in bad.output

@@ -311,6 +311,7 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert data["input"]["jobs"] == 300 and data["choice"]["row"] in (1, 2)
     assert data["max_wait_slack"] == 0.5 and "max_ok" in data["rows"][1]
     assert data["util_slack"] == 0.01
+    assert data["rescore"] == 15.0 and "--rescore" not in r.output  # the helper's default
     worse = data["rows"][data["choice"]["row"]]["bsld_vs_slurm"] >= 1
     assert ("warning: behind this guard" in r.output) == worse  # (an untrained net)
     pytest.importorskip("matplotlib")
@@ -350,6 +351,12 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert swept["choice"]["express_limit"] == lane
     assert f"express_limit = {lane:.1f}" in r.output
     assert ("--express-limit 3600" in r.output) == (lane > 0)
+    # re-ranked as seldom as Slurm re-computes priorities: said, recorded, and passed on
+    slow = tmp_path / "slow"
+    r = _tune(tiny_checkpoint, slow, "--windows", "1", "--rescore", "300")
+    assert "the model re-ranks the queue every 300 s (the helper's interval)" in r.output
+    assert "--rescore 300 (same input options)" in r.output
+    assert json.loads((slow / "guard.json").read_text())["rescore"] == 300.0
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
                                         str(LUBLIN), "--express-limits", "15m",
                                         "--orders", "age"])

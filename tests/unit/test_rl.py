@@ -403,6 +403,19 @@ def test_a_resume_reads_the_best_checkpoints_bounds_again(tmp_path):
               resume=True)
 
 
+def test_the_deployed_validation_re_ranks_as_often_as_the_helper_is_set_to():
+    from trainer.rl.report import deployed_metrics
+
+    with pytest.raises(ValueError, match="rescore must be at least 1 s"):
+        TrainConfig(rescore=0.5)
+    spec, cfg = _short(budget_updates=1, budget_steps=None, val_deployed=True,
+                       val_warmup=12, rescore=300.0)
+    res = train(spec, cfg, PPOConfig(episodes=2))
+    again = deployed_metrics(spec, res.best_net, seed=cfg.seed,
+                             starvation_limit=cfg.starvation_limit, rescore=300.0)
+    assert again["bsld_mean"] == res.best["bsld_mean"]
+
+
 def test_deployed_validation_picks_the_best_deployed_checkpoint(tmp_path):
     from trainer.rl.report import deployed_metrics
 

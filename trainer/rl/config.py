@@ -183,6 +183,10 @@ class TrainConfig:
     """The deployed validation rounds the net's scores to multiples of this, as the
     helper's ``score_resolution`` (jobs scored that close tie, the older first); 0:
     exact scores."""
+    rescore: float = 15.0
+    """Seconds between the net's re-rankings of the whole queue in the deployed
+    validation, as the helper's ``interval`` (default 15 s, the helper's default:
+    :data:`trainer.policy.HELPER_CYCLE`)."""
     train_guard: bool = False
     """Put that guard in the env too (training and env validation episodes:
     :attr:`trainer.env.EnvConfig.starvation_limit`), so that the agent learns behind
@@ -235,6 +239,7 @@ class TrainConfig:
         check_starvation_order(self.starvation_order)
         check_express_limit(self.express_limit, self.starvation_order, self.starvation_limit)
         check_score_resolution(self.score_resolution)
+        _need(self.rescore >= 1, c, f"rescore must be at least 1 s, not {self.rescore}")
         _need(self.reward_scale is None or self.reward_scale > 0, c, "reward_scale > 0")
         _need(self.threads is None or self.threads >= 1, c, "threads must be >= 1")
         from .acting import AGENTS

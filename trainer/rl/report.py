@@ -56,7 +56,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                      starvation_limit: float = 0.0, place: bool = True,
                      starvation_order: str = "age",
                      score_resolution: float = 0.0,
-                     express_limit: float = 0.0) -> dict[str, float]:
+                     express_limit: float = 0.0, rescore: float | None = None
+                     ) -> dict[str, float]:
     """The net as deployed, on the validation window: its episode metrics.
 
     The net orders the queue through :class:`~trainer.policy.TorchPolicy` in the batch
@@ -68,8 +69,10 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
     starving jobs in ``starvation_order``, with its express lane for jobs of a time limit
     up to ``express_limit`` seconds); ``score_resolution`` > 0 rounds the net's
     scores first, as the helper's setting (:class:`trainer.evaluate.Quantized`);
-    ``place``: the net's placement head places the jobs, else the scheduler's placement
-    (as for a head not trained to place: :func:`trainer.policy.place_head_trained`).
+    ``rescore``: seconds between re-rankings of the queue (the helper's ``interval``;
+    ``None``: :data:`~trainer.policy.HELPER_CYCLE`); ``place``: the net's placement
+    head places the jobs, else the scheduler's placement (as for a head not trained to
+    place: :func:`trainer.policy.place_head_trained`).
     Keys are the env's ``episode_metrics`` keys (``reward_sum`` excepted), so either
     can pick the best checkpoint, plus ``wait_p99`` and ``util`` (GPUs, or nodes without
     GPUs, as the quality targets read it).
@@ -80,7 +83,8 @@ def deployed_metrics(spec: EnvSpec, net: PolicyNet, *,
                          EngineOptions(seed=seed, speed_model=spec.eval.speed_model),
                          rank_all=rank_all, place=place, starvation_limit=starvation_limit,
                          starvation_order=starvation_order,
-                         score_resolution=score_resolution, express_limit=express_limit)
+                         score_resolution=score_resolution, express_limit=express_limit,
+                         rescore=rescore)
     return _window_metrics(r, warm)
 
 
@@ -121,7 +125,7 @@ def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
                      opts: SchedulerOptions, eng: EngineOptions, *, rank_all: bool = True,
                      place: bool = True, starvation_limit: float = 0.0,
                      starvation_order: str = "age", score_resolution: float = 0.0,
-                     express_limit: float = 0.0) -> SimResult:
+                     express_limit: float = 0.0, rescore: float | None = None) -> SimResult:
     """Replay ``jobs`` (rows ``lo..`` of the spec's table) with the net ordering the queue.
 
     The user history starts from the jobs before row ``lo`` and grows with the replay's
@@ -131,7 +135,8 @@ def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
 
     hist = history_before(spec.jobs, spec.cluster, lo, spec.norm, spec.eval.history_jobs)
     tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
-                     rank_all=rank_all)
+                     rank_all=rank_all,
+                     rescore_period=None if rescore is None else max(1, round(rescore)))
     pol = as_deployed(tp if place else FixedPlacement(tp, opts.placement),
                       score_resolution=score_resolution, starvation_limit=starvation_limit,
                       starvation_order=starvation_order, express_limit=express_limit)

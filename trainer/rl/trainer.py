@@ -451,6 +451,7 @@ class Trainer:
                                  starvation_order=self.cfg.starvation_order,
                                  express_limit=self.cfg.express_limit,
                                  score_resolution=self.cfg.score_resolution,
+                                 rescore=self.cfg.rescore,
                                  place=self.meta[PLACE_TRAINED])
             v = float(m[self.cfg.val_metric])
             if self.cfg.val_bounds:
