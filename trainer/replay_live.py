@@ -19,7 +19,9 @@ The end-to-end check of the product, and of the simulator's fidelity:
    ONNX, with the budgets of ``rlsched demo`` (:mod:`trainer.demo`).
 3. **Forecast.** The simulator replays the window as submitted under "Slurm as
    configured" (priority weights and scheduler options of the live ``scontrol show
-   config``) and under the policy (:func:`trainer.fidelity_live.predict`).
+   config``) and under the policy as the helper of run 2 deploys it: re-ranked every
+   ``--interval`` s, behind its starvation guard (:func:`forecast_policy`,
+   :func:`trainer.fidelity_live.predict`).
 4. **Run 1, Slurm alone**, then **run 2, Slurm with ``rlsched helper run --mode
    enforce``** (a subprocess with a configuration file written here; cycle
    ``--interval`` s; starvation limit 2 days / speedup), each submitting the jobs at
@@ -321,18 +323,27 @@ def live_switch_wait(cfg: ReplayLiveConfig) -> float:
     return max(1.0, cfg.switch_wait / cfg.speedup)
 
 
-def forecast_policy(model: Path, steering: str, placement: str, switch_wait: float = 0.0
-                    ) -> Any:
+def live_starvation_limit(cfg: ReplayLiveConfig) -> float:
+    """The helper's starvation limit in the sped-up run: 2 days over the speedup.
+
+    At least one cycle (``interval``).
+    """
+    return max(cfg.interval, 2 * 86400 / cfg.speedup)
+
+
+def forecast_policy(model: Path, steering: str, placement: str, switch_wait: float = 0.0,
+                    *, rescore: float | None = None, starvation_limit: float = 0.0) -> Any:
     """The policy the helper runs, as a simulator policy.
 
     Its placement when it steers node lists, Slurm's otherwise; with ``switches``, its
-    wait for one leaf switch.
+    wait for one leaf switch; re-ranked every ``rescore`` seconds (its cycle) behind its
+    starvation guard (``starvation_limit``, oldest first; 0: none).
     """
     from .evaluate import load_policy
 
     wait = switch_wait if steering == "switches" else 0.0
     return load_policy(model, placement="policy" if steering == "reqnodes" else placement,
-                       switch_wait=wait)
+                       switch_wait=wait, rescore=rescore, starvation_limit=starvation_limit)
 
 
 # ---------------------------------------------------------------------------- helper
@@ -649,7 +660,7 @@ def _live_run(ctx: _Context, which: str, jobs: Sequence[Any], model: Path | None
                     "cluster": ctx.spec.name, "interval": cfg.interval,
                     "steering": cfg.steering, "steer_min_nodes": 2, "history_days": 0,
                     "switch_wait": live_switch_wait(cfg),
-                    "starvation_limit": max(cfg.interval, 2 * 86400 / cfg.speedup),
+                    "starvation_limit": live_starvation_limit(cfg),
                     "backoff_max": max(cfg.interval, 30.0), "slurm_timeout": 30.0}
         helper = HelperProcess(ctx.out / "helper", settings)
         ctx.say(f"  starting rlsched helper run --mode enforce (interval {cfg.interval:g} s,"
@@ -708,7 +719,8 @@ def _forecasts(ctx: _Context, jobs: Sequence[Any], model: Path | None) -> dict[s
                                                           ctx.priority)))}
     if model is not None:
         pol = forecast_policy(model, ctx.cfg.steering, ctx.options.placement,
-                              live_switch_wait(ctx.cfg))
+                              live_switch_wait(ctx.cfg), rescore=ctx.cfg.interval,
+                              starvation_limit=live_starvation_limit(ctx.cfg))
         out["helper"] = headline(metrics.compute(live.predict(
             jobs, ctx.spec, ctx.options, ctx.priority, policy=pol)))
     return out

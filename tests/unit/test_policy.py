@@ -378,10 +378,13 @@ def test_torch_policy_rescores_the_queue_every_helper_cycle():
     # the helper ranks every pending job each cycle (its interval, 15 s by default):
     # a replay re-scores a learned policy that often, not every Slurm calc period
     from slurm_plugin.helper.config import HelperConfig
-    from trainer.evaluate import as_deployed
+    from trainer.evaluate import EvalConfig, as_deployed
     from trainer.policy import HELPER_CYCLE
+    from trainer.rl.config import TrainConfig
 
-    assert HELPER_CYCLE == HelperConfig().interval
+    # one default everywhere a learned policy replays: evaluate, tune-guard, RL validation
+    assert HELPER_CYCLE == HelperConfig().interval == EvalConfig().rescore == (
+        TrainConfig().rescore)
     spec, recs = _workload(200)
     calls = {}
     for period in (None, 300):

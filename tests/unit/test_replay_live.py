@@ -215,3 +215,15 @@ def test_train_policy_runs_the_demos_stages_without_the_teacher(tmp_path):
     assert any("training: rl done" in s for s in said)
     ck = load_checkpoint(tmp_path / "train" / "rl" / "last.pt")
     assert ck.extra["training"]["algorithm"] == "imitation + ppo"
+
+
+def test_the_forecast_runs_the_policy_as_the_live_helper_deploys_it(tiny_checkpoint):
+    from trainer.evaluate import StarvationGuard
+
+    cfg = rl.ReplayLiveConfig(speedup=600.0, interval=2.0)
+    assert rl.live_starvation_limit(cfg) == 288.0  # 2 days of the trace
+    assert rl.live_starvation_limit(rl.ReplayLiveConfig(speedup=1e6, interval=2.0)) == 2.0
+    pol = rl.forecast_policy(tiny_checkpoint, "reqnodes", "tree", rescore=cfg.interval,
+                             starvation_limit=rl.live_starvation_limit(cfg))
+    assert isinstance(pol, StarvationGuard) and pol.limit == 288.0
+    assert pol.rescore_period == 2  # every helper cycle of the sped-up run
