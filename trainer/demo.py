@@ -34,10 +34,12 @@ wall time):
 7. ``rl``: :func:`trainer.rl.train` from the warm start (PPO by default) on windows of
    the training period (``rl/best.pt``: best on RL's validation window).
 8. ``select``: the checkpoint to deploy, among the imitation net, the teacher's net and
-   RL's best and last, is the one with the lowest mean bounded slowdown when the
-   validation period is replayed in the simulator exactly as the test period is
-   (warm-started, under Slurm's main loop and backfill; :func:`trainer.evaluate.evaluate`
-   with the validation period as its "test"). The test period is still never looked at.
+   RL's best and last, is the one with the lowest geometric mean of the mean bounded
+   slowdowns of the validation period and the three periods of as many jobs before it
+   (``select_windows``; the guard stage's windows), each replayed in the simulator
+   exactly as the test period is (warm-started, under Slurm's main loop and backfill;
+   :func:`trainer.evaluate.evaluate` with that period as its "test"). The test period is
+   still never looked at.
 9. ``export``: :func:`exporter.onnx_export.export` of that checkpoint (parity with
    torch on simulator observations) and ``rlsched verify`` on the result.
 10. ``guard``: the helper's starvation guard for that model, chosen on the validation
@@ -245,6 +247,13 @@ class DemoConfig:
     (:func:`trainer.evaluate.pick_teacher`), imitated when it is more than
     :data:`TEACHER_MARGIN` below the incumbent's ``slurm`` replay there
     (:func:`warm_teacher`), else the history's net; or a baseline name (imitated)."""
+    select_windows: int = 4
+    """Periods the checkpoint to export is chosen on (stage ``select``): the validation
+    period and, before it, as many periods of its length as make this many (fewer when
+    fewer fit), each replayed on its own after as long a warm-up, as the ``guard``
+    stage judges guards (:func:`trainer.guard.validation_windows`); the lowest
+    geometric mean of their mean bounded slowdowns wins. 1: the validation period
+    alone."""
     train: float = 0.7
     """Share of the jobs (first by arrival) that train imitation and RL."""
     val: float = 0.1
@@ -275,6 +284,8 @@ class DemoConfig:
         if self.teacher not in ("history", "best") and self.teacher not in BASELINES:
             raise ValueError(f"unknown teacher {self.teacher!r}: history, best or one of"
                              f" {', '.join(sorted(BASELINES))}")
+        if self.select_windows < 1:
+            raise ValueError(f"select_windows must be at least 1, not {self.select_windows}")
         if self.actions not in ("fits", "queue"):  # trainer.env.ACTIONS (heavy import)
             raise ValueError(f"unknown actions {self.actions!r}: fits or queue")
 
@@ -687,8 +698,9 @@ class Demo:
                  f" {res.best.get('update')}")
 
     def select(self) -> None:
-        """Pick the checkpoint to deploy by replaying the validation period."""
+        """Pick the checkpoint to deploy by replaying the validation windows."""
         from .evaluate import EvalConfig, Split, evaluate, time_split
+        from .guard import _geo, validation_windows, windows_that_fit
         from .sim.stepper import window
 
         c = self.config
@@ -699,23 +711,30 @@ class Demo:
             p = self.out / "rl" / f"{name}.pt"
             if p.is_file():
                 cands[f"rl-{name}"] = p
-        val = window(jobs, 0, sp.test_start, shift=False)
-        res = evaluate(val, self.state["cluster"], cands,
-                       EvalConfig(train=c.train, val=c.val, threads=c.threads,
-                                  baselines=("slurm",)),
-                       speed_model=c.speed, seed=c.seed, progress=self.show,
-                       split=Split(val.n, sp.val_start, sp.val_start),
-                       warmup_jobs=sp.test_start - sp.val_start)  # as long as the period
-        scores = {n: float(res.metrics[n]["bsld"]["mean"]) for n in cands}
+        cfg = EvalConfig(train=c.train, val=c.val, threads=c.threads, baselines=("slurm",),
+                         resamples=0, windows=1, locality_targets=False)
+        n_win = max(1, min(c.select_windows, windows_that_fit(jobs.n, cfg)))
+        warm = sp.test_start - sp.val_start  # (as long as the period)
+        per: dict[str, list[float]] = {n: [] for n in [*cands, "slurm"]}
+        for a, b in validation_windows(jobs.n, cfg, n_win):
+            val = window(jobs, 0, b, shift=False)
+            res = evaluate(val, self.state["cluster"], cands, cfg, speed_model=c.speed,
+                           seed=c.seed, progress=self.show, split=Split(val.n, a, a),
+                           warmup_jobs=min(warm, a))
+            for n in per:
+                per[n].append(float(res.metrics[n]["bsld"]["mean"]))
+        scores = {n: _geo(per[n]) for n in cands}
         chosen = min(cands, key=lambda n: (scores[n], list(cands).index(n)))
         self.state.update(selected=chosen, selected_ck=cands[chosen])
-        self.summary["selection"] = {"chosen": chosen, "val_bsld_mean": scores,
-                                     "slurm_val_bsld_mean":
-                                         float(res.metrics["slurm"]["bsld"]["mean"])}
+        self.summary["selection"] = {"chosen": chosen, "windows": n_win,
+                                     "val_bsld_mean": scores,
+                                     "slurm_val_bsld_mean": _geo(per["slurm"]),
+                                     "per_window": per}
         shown = ", ".join(f"{n} {v:.3f}" for n, v in scores.items())
-        self.say(f"  mean bsld on the validation period ({sp.test_start - sp.val_start} jobs,"
-                 f" slurm {res.metrics['slurm']['bsld']['mean']:.3f}): {shown}; exporting"
-                 f" {chosen}")
+        where = (f"the validation period ({warm} jobs" if n_win == 1 else
+                 f"{n_win} validation windows of {warm} jobs (geometric mean")
+        self.say(f"  mean bsld on {where}, slurm {_geo(per['slurm']):.3f}): {shown};"
+                 f" exporting {chosen}")
 
     def export(self) -> None:
         """Compile the chosen checkpoint to ONNX, then ``rlsched verify`` it."""
@@ -840,7 +859,7 @@ STAGES: list[tuple[str, str]] = [
     ("imitation", "imitation of the site's scheduler"),
     ("teacher", "RL's warm start: the best order before the test period"),
     ("rl", "reinforcement learning in the simulator"),
-    ("select", "choose the checkpoint on the validation period"),
+    ("select", "choose the checkpoint on the validation windows"),
     ("export", "export to ONNX and verify"),
     ("guard", "choose the starvation guard on the validation period"),
     ("evaluate", "evaluation on the test period against every baseline"),
@@ -932,6 +951,11 @@ def _final_table(d: Demo) -> None:
                                 " mean bsld before the test period, imitated when it beats"
                                 " the incumbent Slurm there), history (the net imitating the"
                                 " site's scheduler), or a baseline name.")
+@click.option("--select-windows", type=click.IntRange(min=1),
+              help="Periods the exported checkpoint is chosen on: the validation period and"
+                   " as many of its length before it (default 4, fewer when fewer fit;"
+                   " 1: the validation period alone), by the geometric mean of their mean"
+                   " bounded slowdowns, as the guard is chosen.")
 @click.option("--force", is_flag=True, default=None,
               help="Replace the artifacts of an earlier run in --out.")
 def demo(**kwargs: Any) -> None:
@@ -942,7 +966,7 @@ def demo(**kwargs: Any) -> None:
     dump and ingested into an SQLite store with rlsched ingest; imitation of that
     Slurm; RL in the simulator from that net, or from a net imitating the best order
     before the test period when one beats Slurm there (--teacher); the checkpoint
-    chosen on the validation period; export to ONNX and verify; evaluation against
+    chosen on the validation windows; export to ONNX and verify; evaluation against
     every baseline on the last 20% of the jobs (never seen in training); and a
     self-contained HTML report. About 3 minutes on 2 cores with the default budget.
     """

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -112,6 +113,12 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     sel = run["summary"]["selection"]
     assert sel["chosen"] in sel["val_bsld_mean"]
     assert sel["val_bsld_mean"][sel["chosen"]] == min(sel["val_bsld_mean"].values())
+    # chosen on the guard's four windows, each replayed on its own: geometric means
+    assert sel["windows"] == 4 and set(sel["per_window"]) == {*sel["val_bsld_mean"], "slurm"}
+    for name, figs in sel["per_window"].items():
+        assert len(figs) == 4
+        want = sel["val_bsld_mean"].get(name, sel["slurm_val_bsld_mean"])
+        assert want == pytest.approx(float(np.prod(figs)) ** 0.25, rel=1e-12)
     # the guard chosen on the validation period is the one the model is evaluated behind
     g = json.loads((out / "guard" / "guard.json").read_text())
     assert g["period"]["kind"] == "validation" and g["period"]["jobs"] == [140, 160]
@@ -163,9 +170,14 @@ def test_warm_teacher_by_hand():
 def test_history_teacher_keeps_the_incumbents_copy(tmp_path):
     out = tmp_path / "hist"
     res = _demo("--jobs", "200", "--budget", "tiny", "--out", str(out), "--seed", "5",
-                "--teacher", "history")
+                "--teacher", "history", "--select-windows", "1")
     run = json.loads((out / "run.json").read_text())
     assert run["summary"]["teacher"] == {"choice": "history"}
+    one = run["summary"]["selection"]  # the validation period alone
+    assert one["windows"] == 1 and all(len(v) == 1 for v in one["per_window"].values())
+    assert one["val_bsld_mean"] == {n: v[0] for n, v in one["per_window"].items()
+                                    if n != "slurm"}
+    assert "mean bsld on the validation period (20 jobs, slurm" in res.output
     assert not (out / "imitation" / "teacher.pt").exists()
     assert "RL starts from the net imitating the site's scheduler" in res.output
     assert json.loads((out / "eval" / "eval.json").read_text())["models"] == [
