@@ -89,7 +89,7 @@ class OnnxPolicy(TorchPolicy):
                  history: UserHistory | None = None,
                  settings: PrioritySettings | None = None, placement: str = "tree",
                  max_sets: int = 8, rank_all: bool = True,
-                 rescore_period: int | None = None) -> None:
+                 rescore_period: float | None = None) -> None:
         backend = OrtBackend(session)
         # TorchPolicy only calls eval() and forward_batch() on its net
         super().__init__(cast(PolicyNet, backend), history=history, norm=norm,

@@ -673,7 +673,6 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         ValueError: If the file is not a checkpoint nor a valid model (with the reason).
     """
     p = Path(path)
-    period = None if rescore is None else max(1, round(rescore))
     if p.suffix == ".onnx":
         from exporter.policy import OnnxPolicy
         from slurm_plugin.model import ModelError, load_model
@@ -683,14 +682,14 @@ def load_policy(path: str | os.PathLike[str], *, history: Any = None,
         except ModelError as exc:
             raise ValueError(f"{p}: {exc.reason} ({exc.action})") from None
         pol: Any = OnnxPolicy(model.session, norm=model.norm, settings=settings,
-                              rank_all=rank_all, rescore_period=period)
+                              rank_all=rank_all, rescore_period=rescore)
         meta = model.card
     else:
         from trainer.policy import TorchPolicy, load_checkpoint
 
         ck = load_checkpoint(p)
         pol = TorchPolicy(ck.net, norm=ck.norm, settings=settings, rank_all=rank_all,
-                          rescore_period=period)
+                          rescore_period=rescore)
         meta = ck.extra
     if history is not None:
         pol.history = history(pol.norm) if callable(history) else history

@@ -856,8 +856,9 @@ class TorchPolicy(Policy):
         max_sets: Candidate node sets per placement.
         rank_all: Rank every pending job by its raw score (the helper's default), or
             the jobs that fit now first (module docstring of the class).
-        rescore_period: Seconds between re-scorings of the whole queue (default: the
-            helper's default cycle, :data:`HELPER_CYCLE`).
+        rescore_period: Seconds between re-scorings of the whole queue, rounded to whole
+            seconds, at least 1 (default: the helper's default cycle,
+            :data:`HELPER_CYCLE`; 0: the scheduler's ``priority_calc_period``).
     """
 
     name: ClassVar[str] = "torch"
@@ -865,10 +866,11 @@ class TorchPolicy(Policy):
     def __init__(self, net: PolicyNet, *, history: UserHistory | None = None,
                  norm: Normalisation | None = None, settings: PrioritySettings | None = None,
                  placement: str = "tree", max_sets: int = 8, rank_all: bool = True,
-                 rescore_period: int | None = None) -> None:
+                 rescore_period: float | None = None) -> None:
         super().__init__(settings, placement)
         self.dynamic = True
-        self.rescore_period = HELPER_CYCLE if rescore_period is None else int(rescore_period)
+        self.rescore_period = (HELPER_CYCLE if rescore_period is None else 0
+                               if not rescore_period else max(1, round(rescore_period)))
         self.rank_all = rank_all
         self._slurm = Multifactor(self.settings, placement)
         self.uses_usage = not rank_all and self._slurm.uses_usage

@@ -468,14 +468,13 @@ def _setup(cfg: Any, run_info: Any, ev: Mapping[str, Any]) -> str:
     if sel.get("val_bsld_mean"):
         shown = ", ".join(f"{esc(k)} {float(v):.3f}" for k, v in sel["val_bsld_mean"].items())
         n_win = int(sel.get("windows") or 1)
-        where = ("the validation period replayed in the simulator" if n_win == 1 else
+        where = ("the validation period replayed in the simulator (" if n_win == 1 else
                  f"{n_win} validation windows replayed in the simulator, each on its own"
                  " (the validation period and the periods of as many jobs before it;"
-                 " geometric means")
+                 " geometric means; ")
         parts.append(f"The deployed model (<code>policy</code>) is <b>{esc(sel.get('chosen'))}"
                      f"</b>, the checkpoint with the lowest mean bounded slowdown on"
-                     f" {where}{';' if n_win > 1 else ' ('}{shown}; slurm"
-                     f" {_num(sel.get('slurm_val_bsld_mean'))}).")
+                     f" {where}{shown}; slurm {_num(sel.get('slurm_val_bsld_mean'))}).")
     if isinstance(cfg, dict) and cfg.get("demo"):
         d = cfg["demo"]
         parts.append(f"Budget <code>{esc(d.get('budget'))}</code>, seed {esc(d.get('seed'))},"

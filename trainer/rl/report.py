@@ -135,8 +135,7 @@ def _replay_deployed(spec: EnvSpec, net: PolicyNet, jobs: JobTable, lo: int,
 
     hist = history_before(spec.jobs, spec.cluster, lo, spec.norm, spec.eval.history_jobs)
     tp = TorchPolicy(net, history=hist, norm=spec.norm, placement=opts.placement,
-                     rank_all=rank_all,
-                     rescore_period=None if rescore is None else max(1, round(rescore)))
+                     rank_all=rank_all, rescore_period=rescore)
     pol = as_deployed(tp if place else FixedPlacement(tp, opts.placement),
                       score_resolution=score_resolution, starvation_limit=starvation_limit,
                       starvation_order=starvation_order, express_limit=express_limit)
