@@ -62,6 +62,31 @@ def test_the_rules_choose_as_their_names_say():
     assert got["bounds kept, then lowest validation bsld"].update == 10
 
 
+def test_the_window_rules_read_every_window():
+    cc = _module()
+
+    def pt(update, windows):
+        return cc.Point(update, Path(f"u{update}.pt"), {"bsld_mean": 1.0, "wait_p99": 1.0},
+                        {"bsld_mean": 1.0},
+                        windows=[{"bsld_mean": b, "p99_ok": float(p), "bsld_ok": 1.0,
+                                  "util_ok": float(u)} for b, p, u in windows])
+
+    pts = [pt(0, [(100.0, 1, 1), (100.0, 1, 1)]),   # geometric mean 100, every bound
+           pt(5, [(10.0, 1, 0), (400.0, 1, 0)]),    # 63.2: the lowest, no utilisation
+           pt(10, [(50.0, 0, 1), (150.0, 1, 1)]),   # 86.6, p99 lost once
+           pt(15, [(40.0, 1, 1), (160.0, 1, 0)])]   # 80.0
+    got = {rule: q.update for rule, q in cc.choices(cc.Run(Path("r"), {}, {}, pts, 0, {})).items()
+           if q is not None and rule.startswith("2 windows")}
+    assert got == {"2 windows: lowest geometric-mean bsld": 5,
+                   "2 windows: most bounds kept (p99, bsld, util), then lowest geometric mean": 0,
+                   "2 windows: utilisation kept in most, then lowest geometric mean": 10}
+    pts[3].windows[1]["util_ok"] = 1.0  # keeps every bound now, and a lower mean than u0
+    got = cc.choices(cc.Run(Path("r"), {}, {}, pts, 0, {}))
+    assert got["2 windows: most bounds kept (p99, bsld, util), then lowest geometric mean"
+               ].update == 15
+    assert cc._geo([10.0, 1000.0]) == pytest.approx(100.0)
+
+
 def test_a_folder_that_is_no_run_says_what_to_give(tmp_path):
     cc = _module()
     with pytest.raises(SystemExit, match="no config.json; give the --out folder"):
@@ -90,11 +115,13 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
         "86400", "--starvation-order", "policy", "--no-progress"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     out_json = tmp_path / "choice.json"
-    assert cc.main([str(run), str(run), "--heuristics", "spf", "--json", str(out_json)]) == 0
+    assert cc.main([str(run), str(run), "--heuristics", "spf", "--json", str(out_json),
+                    "--val-windows", "2"]) == 0
     text = capsys.readouterr().out
     assert "rank correlation of validation bsld with test bsld:" in text
     assert "behind 1 d policy" in text  # the run's own guard
     assert "all runs:" in text  # two runs given (the same one twice)
+    assert "each rule over all runs" in text and "2 windows: lowest geometric-mean" in text
     summary = json.loads(out_json.read_text())
     assert len(summary) == 2 and summary[0]["points"] == summary[1]["points"]  # replays repeat
     s = summary[0]
@@ -120,3 +147,24 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
     assert s["choices"]["lowest test bsld (hindsight)"] == lowest["update"]
     passing = [p["update"] for p in s["points"] if all(v is not False for v in p["lines"].values())]
     assert s["passing"] == passing
+    # each checkpoint's figures on the validation windows are evaluate's on that period,
+    # replayed on its own after as long a warm-up, behind the run's guard
+    from trainer.evaluate import Split, time_split
+    from trainer.guard import validation_windows
+    from trainer.sim.stepper import window
+
+    cfg = EvalConfig(baselines=("slurm",), resamples=0, windows=1, starvation_limit=86400,
+                     starvation_order="policy")
+    sp = time_split(prep.jobs.n, cfg.train, cfg.val)
+    wins = validation_windows(prep.jobs.n, cfg, 2)
+    assert len(wins) == 2 and wins[1][0] == sp.val_start
+    for k, (a, b) in enumerate(wins):
+        val = window(prep.jobs, 0, b, shift=False)
+        ev = evaluate(val, prep.cluster, {"net": str(last)}, cfg, options=prep.options,
+                      priority=prep.priority, split=Split(val.n, a, a),
+                      warmup_jobs=min(sp.test_start - sp.val_start, a))
+        assert s["points"][2]["windows"][k]["bsld_mean"] == pytest.approx(
+            float(ev.metrics["net"]["bsld"]["mean"]))
+        assert s["slurm_windows"][k]["bsld_mean"] == pytest.approx(
+            float(ev.metrics["slurm"]["bsld"]["mean"]))
+        assert set(s["points"][2]["windows"][k]) >= {"p99_ok", "bsld_ok", "util_ok"}
