@@ -174,7 +174,7 @@ def read_run(path: Path) -> Run:
 def replay_test(run: Run, heuristics: Sequence[str], trace: str | None) -> dict[str, Any]:
     """Replay every checkpoint of ``run`` on its test period; fill in its points."""
     from trainer.cli import _prepare, resolve
-    from trainer.evaluate import EvalConfig, _util, check_targets, evaluate
+    from trainer.evaluate import EvalConfig, check_targets, evaluate
 
     cmd = dict(run.command)
     if trace is not None:
@@ -191,16 +191,12 @@ def replay_test(run: Run, heuristics: Sequence[str], trace: str | None) -> dict[
     models = {f"u{p.update}": str(p.path) for p in run.points}
     res = evaluate(prep.jobs, prep.cluster, models, cfg, options=prep.options,
                    priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed)
-    def figures(m: Mapping[str, Any]) -> dict[str, float]:  # (the keys validation uses)
-        return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
-                "util": _util(m)}
-
     for p in run.points:
-        p.test = figures(res.metrics[f"u{p.update}"])
+        p.test = _figures(res.metrics[f"u{p.update}"])
         t = check_targets(res.metrics, f"u{p.update}", cfg, locality=False,
                           heuristics=list(heuristics))
         p.lines = {c["name"]: c["ok"] for c in t["checks"] if c["name"] in LINES}
-    others = {n: figures(res.metrics[n]) for n in ("slurm", *heuristics)}
+    others = {n: _figures(res.metrics[n]) for n in ("slurm", *heuristics)}
     return {"guard": guard, "baselines": others, "warmup_jobs": res.warmup_jobs,
             "prep": prep, "sim": sim, "cfg": cfg, "models": models}
 
@@ -215,7 +211,7 @@ def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, 
     """
     from dataclasses import replace
 
-    from trainer.evaluate import Split, _util, evaluate, time_split
+    from trainer.evaluate import Split, evaluate, time_split
     from trainer.guard import validation_windows
     from trainer.sim.stepper import window
 
@@ -229,15 +225,10 @@ def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, 
         res = evaluate(val, prep.cluster, test["models"], cfg, options=prep.options,
                        priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
                        split=Split(val.n, a, a), warmup_jobs=min(warm, a))
-
-        def figures(m: Mapping[str, Any]) -> dict[str, float]:
-            return {"bsld_mean": float(m["bsld"]["mean"]),
-                    "wait_p99": float(m["wait_s"]["p99"]), "util": _util(m)}
-
-        sl = figures(res.metrics["slurm"])
+        sl = _figures(res.metrics["slurm"])
         slurm.append(sl)
         for p in run.points:
-            f = figures(res.metrics[f"u{p.update}"])
+            f = _figures(res.metrics[f"u{p.update}"])
             f.update(_kept_against(f, sl))
             p.windows.append(f)
     return slurm
@@ -250,8 +241,12 @@ def _kept_against(f: Mapping[str, float], slurm: Mapping[str, float]) -> dict[st
     return {k: float(ok) for k, ok in slurm_bounds(f, slurm, 0.10, 0.0).items()}
 
 
-def _geo(xs: Sequence[float]) -> float:
-    return float(np.exp(np.mean(np.log(np.maximum(np.asarray(xs, dtype=np.float64), 1e-12)))))
+def _figures(m: Mapping[str, Any]) -> dict[str, float]:
+    """A policy's replay figures under the keys RL validation uses."""
+    from trainer.evaluate import _util
+
+    return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
+            "util": _util(m)}
 
 
 def choices(run: Run) -> dict[str, Point | None]:
@@ -273,10 +268,12 @@ def choices(run: Run) -> dict[str, Point | None]:
 
     multi: dict[str, Point | None] = {}
     if pts and pts[0].windows:
+        from trainer.guard import _geo as guard_geo  # (the demo's select stage's mean)
+
         k = len(pts[0].windows)
 
         def geo(p: Point) -> float:
-            return _geo([w["bsld_mean"] for w in p.windows])
+            return guard_geo([w["bsld_mean"] for w in p.windows])
 
         def kept_in(p: Point, key: str) -> int:
             return sum(int(w[key]) for w in p.windows)
