@@ -19,7 +19,10 @@ Test replay (:func:`evaluate`)
     :data:`trainer.sim.policies.BASELINES` runs with its own policy, backfill setting and
     placement. So that the test period does not start on an empty cluster, the
     ``warmup`` share of jobs just before it (by default the validation period) is
-    replayed first under the same policy; metrics count the test jobs only, and the
+    replayed first under the same policy (or, with ``warmup_under="slurm"``, under the
+    ``slurm`` baseline in every replay, each policy taking over at the test period's
+    first arrival as the helper does when it is switched on: :class:`TakeOver`);
+    metrics count the test jobs only, and the
     utilisation and fragmentation series start at the first test arrival
     (:func:`restrict`). A learned policy's user history (run-time, usage and locality
     estimates) is built from the jobs that ended before the replay starts, and grows
@@ -154,6 +157,10 @@ SLURM = "slurm"
 #: not steer (``steering = "none"``).
 SCHEDULER_PLACEMENT = "scheduler"
 
+#: ``EvalConfig.warmup_under``: each replay's own policy schedules the warm-up jobs, or
+#: the ``slurm`` baseline does in every replay (:class:`TakeOver`).
+WARMUP_UNDER = ("own", SLURM)
+
 # ---------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class EvalConfig:
@@ -166,6 +173,15 @@ class EvalConfig:
     warmup: float = 0.1
     """Share of the jobs right before the test period replayed first, so that the test
     period starts on a loaded cluster (0: it starts empty); not counted in the metrics."""
+    warmup_under: str = "own"
+    """Who schedules the warm-up jobs: ``own`` (each replay its own policy, the default)
+    or ``slurm`` (:data:`WARMUP_UNDER`): every replay runs the ``slurm`` baseline until
+    the test period's first arrival and its own policy from then on (:class:`TakeOver`),
+    so every policy meets the queue and running jobs the incumbent left, as the helper
+    does on the day it is switched on. With ``own`` the test period starts from a
+    backlog each policy built itself over the warm-up, which on an overloaded history
+    moves the verdict with the warm-up's length; ``--warmup 0.8`` with ``slurm`` warms
+    up on the whole history before the test period, the incumbent's own state then."""
     baselines: tuple[str, ...] = tuple(BASELINES)
     """Baselines of :data:`trainer.sim.policies.BASELINES` to compare with (``slurm``
     must be among them: the targets are measured against it)."""
@@ -249,7 +265,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         time_split(10, self.train, self.val)  # validates the shares
-        if not 0 <= self.warmup <= self.train + self.val:
+        if not 0 <= self.warmup <= self.train + self.val + 1e-9:  # (0.7 + 0.1 < 0.8)
             raise ValueError(f"EvalConfig.warmup must lie in [0, train + val], not {self.warmup}")
         if not self.rescore >= 1:
             raise ValueError(f"EvalConfig.rescore must be at least 1 s, not {self.rescore}")
@@ -258,6 +274,9 @@ class EvalConfig:
             raise ValueError(f"unknown baselines {unknown}: {sorted(BASELINES)}")
         if SLURM not in self.baselines:
             raise ValueError("EvalConfig.baselines must include 'slurm' (the targets' reference)")
+        if self.warmup_under not in WARMUP_UNDER:
+            raise ValueError(f"EvalConfig.warmup_under must be one of {list(WARMUP_UNDER)},"
+                             f" not {self.warmup_under!r}")
         check_score_resolution(self.score_resolution)
         if not (math.isfinite(self.switch_wait) and self.switch_wait >= 0):
             raise ValueError(f"EvalConfig.switch_wait must be >= 0 seconds, not {self.switch_wait}")
@@ -475,6 +494,48 @@ class Quantized(Wrapped):
     def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
         """The inner scores, rounded."""
         return quantize(self.inner.score(jobs, idx, ctx), self.resolution)
+
+
+class TakeOver(Wrapped):
+    """The incumbent's order and placement until ``at``, then ``inner``'s.
+
+    The helper switched on at ``at``: the jobs it meets waiting or running are those the
+    site's scheduler (``incumbent``, the ``slurm`` baseline) left, and from then on it
+    orders every pending job, those included (``EvalConfig.warmup_under``). Re-scored
+    at the inner policy's cadence throughout (its ``rescore_period``; 0: the scheduler's
+    calc period, as the plain ``slurm`` replay re-scores), so that the first re-scoring
+    at or after ``at`` moves every waiting job to the inner order; a learned policy
+    re-ranked every helper cycle re-scores the incumbent that often before ``at`` too,
+    where the plain ``slurm`` replay does every calc period.
+
+    Args:
+        inner: The policy that takes over.
+        incumbent: The policy before ``at`` (a fresh one: it keeps its own state).
+        at: The time it takes over (epoch s): the test period's first arrival.
+    """
+
+    def __init__(self, inner: Policy, incumbent: Policy, at: int) -> None:
+        super().__init__(inner)
+        self.incumbent = incumbent
+        self.at = int(at)
+        self.dynamic = True  # (re-scored once at least after ``at``)
+        self.uses_usage = bool(inner.uses_usage or incumbent.uses_usage)
+
+    def score(self, jobs: JobTable, idx: np.ndarray, ctx: ScoreContext) -> np.ndarray:
+        """The incumbent's scores before ``at``, the inner policy's from then on."""
+        pol = self.incumbent if ctx.now < self.at else self.inner
+        return pol.score(jobs, idx, ctx)
+
+    def place(self, cluster: Cluster, state: NodeState, usable: np.ndarray, req: Request,
+              leaf_counts: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+        """The incumbent's placement before ``at``, the inner policy's from then on."""
+        pol = self.incumbent if req.now < self.at else self.inner
+        return pol.place(cluster, state, usable, req, leaf_counts)
+
+    def bind(self, sim: Any) -> None:
+        """Bind both policies."""
+        self.incumbent.bind(sim)
+        self.inner.bind(sim)
 
 
 def as_deployed(pol: Policy, *, score_resolution: float = 0.0, starvation_limit: float = 0.0,
@@ -1292,11 +1353,15 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     guard: dict[str, tuple[float, str, float]] = {}  # each model's guard as it ran (limit 0:
     # none), with its express lane
     make = dict(runs)
+    take_over = cfg.warmup_under == SLURM and k > 0
     with _progress([n for n, _ in runs], progress) as bar:
         for name in bar:
             pol, o = make[name]()
             guard[name] = ((pol.limit, pol.order, pol.express)
                            if isinstance(pol, StarvationGuard) else (0.0, "", 0.0))
+            if take_over and name != SLURM:  # (slurm: its own warm-up is the incumbent's)
+                pol = TakeOver(pol, BASELINES[SLURM].build(prio, opts)[0],
+                               int(table.eligible[k]))
             sim = Simulator(table, cluster, pol, o, eng)
             follow = follower(pol)
             if follow is not None and name in models and not isinstance(models[name],
@@ -1321,6 +1386,10 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         targets["score_resolution"] = cfg.score_resolution
         targets["switch_wait"] = cfg.switch_wait
         targets["setup"] = guard_setup(targets)
+        targets["warmup_under"] = cfg.warmup_under if take_over else "own"
+        if take_over:
+            targets["setup"] += (f"; every run took over from the slurm baseline's queue at"
+                                 f" the test period's first arrival ({k} warm-up jobs)")
         annotate(targets, per_job, cfg, seed=seed)
         annotate_utilisation(targets, results, cfg)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
@@ -1544,6 +1613,12 @@ def _eval_options(fn: Any) -> Any:
         click.option("--warmup", type=click.FloatRange(0, 1),
                      help="Share of jobs before the test period replayed first, not counted"
                           " (default 0.1: the validation period; 0: start empty)."),
+        click.option("--warmup-under", type=click.Choice(list(WARMUP_UNDER)),
+                     help="Who schedules the warm-up jobs: own (each replay its own policy,"
+                          " default) or slurm (every replay runs the slurm baseline until"
+                          " the test period's first arrival, then its own policy: the"
+                          " queue the helper meets the day it is switched on; with"
+                          " --warmup 0.8, the whole history before the test period)."),
         click.option("--policy-placement",
                      type=click.Choice(["policy", SCHEDULER_PLACEMENT, *PLACEMENTS]),
                      help="Node selection of the models: their placement head (policy,"
@@ -1628,7 +1703,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      switch_wait: float | None, windows: int | None, resamples: int | None,
                      baselines: str | None, express_limit: float | None = None,
                      rescore: float | None = None, helper_config: str | None = None,
-                     **kwargs: Any) -> None:
+                     warmup_under: str | None = None, **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
@@ -1646,6 +1721,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     paths = _model_args(models)
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
+                            "warmup_under": warmup_under,
                             "policy_placement": policy_placement,
                             "locality_targets": locality_targets, "rank_all": rank_all,
                             "starvation_limit": starvation_limit,

@@ -19,6 +19,7 @@ from trainer.evaluate import (
     TABLE_HEADERS,
     EvalConfig,
     Split,
+    TakeOver,
     annotate,
     check_targets,
     config_from_options,
@@ -31,7 +32,13 @@ from trainer.evaluate import (
 )
 from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator
-from trainer.sim.policies import BASELINES, SEED_BASELINES, Policy, make_policy
+from trainer.sim.policies import (
+    BASELINES,
+    SEED_BASELINES,
+    Policy,
+    ScoreContext,
+    make_policy,
+)
 from trainer.sim.slurm import SchedulerOptions
 from trainer.sim.state import Cluster, NodeState, build_jobs
 from trainer.sim.stepper import window
@@ -367,6 +374,9 @@ def test_config_validation():
         EvalConfig(policy_placement="nowhere")
     with pytest.raises(ValueError, match="warmup"):
         EvalConfig(warmup=0.9)
+    assert EvalConfig(warmup=0.8).warmup_count(3000) == 2400  # (0.7 + 0.1 < 0.8 in floats)
+    with pytest.raises(ValueError, match="warmup_under"):
+        EvalConfig(warmup_under="fifo")
     for bad in ({"windows": 0}, {"resamples": -1}, {"blocks": 0}, {"confidence": 1.0}):
         with pytest.raises(ValueError):
             EvalConfig(**bad)
@@ -415,6 +425,74 @@ def test_warmup_jobs_replace_the_share_on_a_table_cut_short():
     assert evaluate(cut, cl, {}, cfg, split=Split(60, 30, 30)).warmup_jobs == 6
     with pytest.raises(ValueError, match="warmup_jobs"):
         evaluate(cut, cl, {}, cfg, split=Split(60, 30, 30), warmup_jobs=-1)
+
+
+def _starts_before(res, at):
+    return {int(j): int(res.start[j]) for j in np.flatnonzero(res.start < at)}
+
+
+def test_take_over_replays_the_incumbent_until_its_time_then_the_inner_order():
+    jobs, cl = _table(300, interarrival=20.0)  # overloaded: a queue when sjf takes over
+    at = int(jobs.eligible[200])
+    slurm, _ = BASELINES["slurm"].build(None, SchedulerOptions())
+    plain = Simulator(jobs, cl, slurm, SchedulerOptions()).run()
+    took = Simulator(jobs, cl, TakeOver(make_policy("sjf"), make_policy("multifactor"), at),
+                     SchedulerOptions()).run()
+    sjf = Simulator(jobs, cl, make_policy("sjf"), SchedulerOptions()).run()
+    # until ``at``, every start is the incumbent's, to the second
+    assert _starts_before(took, at) == _starts_before(plain, at)
+    assert _starts_before(took, at) != _starts_before(sjf, at)
+    assert int((plain.start >= at).sum()) > 50
+    # from then on the queue it left is ordered by sjf: the jobs waiting at ``at`` too
+    assert not np.array_equal(took.start, plain.start)
+    waiting = np.flatnonzero((jobs.eligible < at) & (took.start >= at))
+    assert waiting.size > 5
+    pol = TakeOver(make_policy("sjf"), make_policy("multifactor"), at)
+    st = NodeState(cl)
+    for now, want in ((at - 1, make_policy("multifactor")), (at, make_policy("sjf"))):
+        ctx = ScoreContext(now, cl, st, np.zeros(len(jobs.users)), np.random.default_rng(0))
+        assert np.array_equal(pol.score(jobs, waiting, ctx), want.score(jobs, waiting, ctx))
+
+
+def test_take_over_places_as_the_incumbent_until_its_time():
+    jobs, cl = _table(40)
+    st = NodeState(cl)
+    inner, inc = make_policy("sjf", placement="random"), make_policy("multifactor")
+    pol = TakeOver(inner, inc, at=1000)
+    usable = np.ones(cl.num_nodes, dtype=bool)
+    from trainer.sim.placement import Request
+    req = Request(3, 0, 0, True, 0, 0, 0)
+    assert not np.array_equal(inner.place(cl, st, usable, req)[0],
+                              inc.place(cl, st, usable, req)[0])  # (the test can tell)
+    for now, want in ((999, inc), (1000, inner)):
+        req = Request(3, 0, 0, True, 0, now, 0)
+        assert np.array_equal(pol.place(cl, st, usable, req)[0],
+                              want.place(cl, st, usable, req)[0])
+    assert pol.dynamic and not inner.dynamic  # (re-scored once at least after ``at``)
+    assert not pol.uses_usage and TakeOver(inner, make_policy("drf"), 1000).uses_usage
+
+
+def test_warmup_under_slurm_starts_every_policy_from_the_incumbents_queue():
+    jobs, cl = _table(400, interarrival=20.0)
+    own = EvalConfig(baselines=("slurm", "sjf"), warmup=0.3)
+    under = dataclasses.replace(own, warmup_under="slurm")
+    slurm_pol = BASELINES["slurm"].build(None, SchedulerOptions())[0]
+    a = evaluate(jobs, cl, {"again": slurm_pol}, under)
+    # the incumbent taking over from itself is the incumbent: the same figures, and the
+    # slurm baseline's are those of the usual warm-up (it schedules its own anyway)
+    strip = {"policy", "sim"}
+    assert ({k: v for k, v in a.metrics["again"].items() if k not in strip}
+            == {k: v for k, v in a.metrics["slurm"].items() if k not in strip})
+    b = evaluate(jobs, cl, {}, own)
+    assert a.metrics["slurm"]["bsld"] == b.metrics["slurm"]["bsld"]
+    # sjf meets Slurm's queue, not its own: its test figures differ from its own warm-up's
+    assert a.metrics["sjf"]["wait_s"] != b.metrics["sjf"]["wait_s"]
+    # by hand: sjf taking over at the first test arrival of rows 200..
+    lo, k = 400 - 80 - 120, 120
+    part = window(jobs, lo, 400, shift=False)
+    pol = TakeOver(make_policy("sjf"), make_policy("multifactor"), int(part.eligible[k]))
+    want = metrics.compute(restrict(Simulator(part, cl, pol, SchedulerOptions()).run(), k))
+    assert a.metrics["sjf"]["wait_s"] == want["wait_s"]
 
 
 def test_explicit_split_and_bad_names():
