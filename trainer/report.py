@@ -212,17 +212,41 @@ def _headline(ev: Mapping[str, Any]) -> str:
             + "".join(rows) + "</tbody></table></div>")
 
 
+def _check_rows(checks: Any) -> str:
+    """One table row per target check: its verdict badge, name and detail."""
+    badge = {True: '<span class="pass">pass</span>', False: '<span class="fail">miss</span>',
+             None: '<span class="na">n/a</span>'}
+    return "".join(f"<tr><td>{badge[c['ok']]} {esc(c['name'])}</td><td style='text-align:left'>"
+                   f"{esc(c['detail'])}</td></tr>" for c in checks)
+
+
 def _targets(t: Mapping[str, Any] | None) -> str:
     if not t:
         return ""
-    badge = {True: '<span class="pass">pass</span>', False: '<span class="fail">miss</span>',
-             None: '<span class="na">n/a</span>'}
-    items = "".join(f"<tr><td>{badge[c['ok']]} {esc(c['name'])}</td><td style='text-align:left'>"
-                    f"{esc(c['detail'])}</td></tr>" for c in t["checks"])
+    items = _check_rows(t["checks"])
     verdict = ("all targets met" if t["passed"] else "some targets missed: the numbers say by"
                " how much")
     setup = f"<p class='note'>As replayed: {esc(t['setup'])}.</p>" if t.get("setup") else ""
     return (f"<h3>Quality targets ({esc(t['policy'])}): {esc(verdict)}</h3>{setup}"
+            f"<table><tbody>{items}</tbody></table>")
+
+
+def _switch_on(run_info: Any) -> str:
+    """The demo's replay from the queue Slurm left (``run.json``'s ``switch_on``)."""
+    summary = run_info.get("summary") if isinstance(run_info, dict) else None
+    on = ((summary or {}).get("evaluation") or {}).get("switch_on") or {}
+    t = on.get("targets")
+    if not t or not t.get("checks"):
+        return ""
+    items = _check_rows(t["checks"])
+    return ("<h3>From the queue Slurm left: the day the helper is switched on</h3>"
+            "<p class='note'>The table above replays the validation period before the test"
+            " period under each policy, from an empty cluster. Here every one of the"
+            f" {_num(on.get('warmup_jobs'))} jobs before the test period is replayed under"
+            " the incumbent Slurm, and the model takes over at the test period's first"
+            " arrival with the queue and running jobs Slurm left, as the helper does when"
+            " it is switched on. On a busy history the two starts differ most; a model"
+            " that passes both is not winning on how the replay began.</p>"
             f"<table><tbody>{items}</tbody></table>")
 
 
@@ -541,6 +565,7 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
         " drain of the last jobs counts too.</p>",
         _headline(ev),
         _targets(ev.get("targets")),
+        _switch_on(run_info),
         _pairs(ev),
         _windows(ev),
         _guard(run),

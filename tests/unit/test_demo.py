@@ -64,6 +64,7 @@ def test_layout_and_final_table(tiny):
     for name in ["policy", "imitation", *BASELINES]:
         assert name in lines
     assert "quality targets of policy" in output
+    assert "from the queue the incumbent Slurm left at the test period's start" in output
     assert f"open {out / 'report.html'}" in output
 
 
@@ -131,6 +132,13 @@ def test_model_is_exported_verified_and_evaluated(tiny):
     assert run["summary"]["guard"]["starvation_limit"] == chosen["limit"] > 0
     assert data["targets"]["starvation_limit"] == chosen["limit"]
     assert data["targets"]["starvation_order"] == chosen["order"]
+    # again from the queue Slurm left: every job before the test period under Slurm
+    on = run["summary"]["evaluation"]["switch_on"]
+    assert on["warmup_jobs"] == 160 and set(on["bsld_mean"]) == {"policy", "slurm"}
+    assert [c["name"] for c in on["targets"]["checks"]] == [
+        "bsld_vs_slurm", "p99_wait", "utilisation"]
+    assert "every run took over from the slurm baseline's queue" in on["targets"]["setup"]
+    assert on["targets"]["starvation_limit"] == chosen["limit"]
 
 
 def test_rl_starts_from_the_best_order_before_the_test_period(tiny):
@@ -192,6 +200,7 @@ def test_report_is_written(tiny):
     assert page.count("<img ") >= 4  # eval plots, RL and imitation curves
     assert "Model card" in page and "Quality targets (policy)" in page
     assert "Starvation guard, chosen on the validation period" in page
+    assert "From the queue Slurm left: the day the helper is switched on" in page
 
 
 def test_same_seed_same_run(tiny, tmp_path):
