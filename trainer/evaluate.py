@@ -1385,11 +1385,9 @@ def evaluate(jobs: JobTable, cluster: Cluster,
         targets["heuristics_guarded"] = any(guard[n][0] > 0 for n in ms if n not in models)
         targets["score_resolution"] = cfg.score_resolution
         targets["switch_wait"] = cfg.switch_wait
-        targets["setup"] = guard_setup(targets)
         targets["warmup_under"] = cfg.warmup_under if take_over else "own"
-        if take_over:
-            targets["setup"] += (f"; every run took over from the slurm baseline's queue at"
-                                 f" the test period's first arrival ({k} warm-up jobs)")
+        targets["warmup_jobs"] = k
+        targets["setup"] = guard_setup(targets)
         annotate(targets, per_job, cfg, seed=seed)
         annotate_utilisation(targets, results, cfg)
     res = EvalResult(cfg, split, list(models), ms, results, targets, speed_model,
@@ -1472,8 +1470,19 @@ def guard_setup(targets: Mapping[str, Any]) -> str:
     """How the checked model and the baselines ran, as one phrase ("" when not recorded).
 
     E.g. "best behind the helper's starvation guard at 2 days, starving jobs in age
-    order, baselines unguarded" (:func:`evaluate` stores it as the targets' ``setup``).
+    order, baselines unguarded" (:func:`evaluate` stores it as the targets' ``setup``),
+    and when every run took over from Slurm's queue (``warmup_under``), how many
+    warm-up jobs Slurm scheduled.
     """
+    phrase = _guard_phrase(targets)
+    if phrase and targets.get("warmup_under") == SLURM:
+        phrase += (f"; every run took over from the slurm baseline's queue at the test"
+                   f" period's first arrival ({targets.get('warmup_jobs')} warm-up jobs)")
+    return phrase
+
+
+def _guard_phrase(targets: Mapping[str, Any]) -> str:
+    """:func:`guard_setup` without the warm-up."""
     limit = targets.get("starvation_limit")
     if limit is None:
         return ""

@@ -786,6 +786,19 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
         bad = CliRunner().invoke(cli.main, ["evaluate", f"tiny={tiny_checkpoint}", "--trace",
                                             str(LUBLIN), "--limit", "300", "--baselines", arg])
         assert bad.exit_code == 2 and msg in bad.output
+    under = tmp_path / "under"  # the whole history before the test period under slurm
+    took = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--baselines", "lrf", "--resamples", "0", "--warmup", "0.8", "--warmup-under",
+        "slurm", "--out", str(under)])
+    assert took.exit_code == 0, took.output + repr(took.exception)
+    assert ("every run took over from the slurm baseline's queue at the test period's first"
+            " arrival (240 warm-up jobs)") in took.output
+    data = json.loads((under / "eval.json").read_text())
+    assert data["targets"]["warmup_under"] == "slurm" and data["warmup_jobs"] == 240
+    bad = CliRunner().invoke(cli.main, ["evaluate", f"tiny={tiny_checkpoint}", "--trace",
+                                        str(LUBLIN), "--warmup-under", "fifo"])
+    assert bad.exit_code == 2 and "'fifo' is not one of 'own', 'slurm'" in bad.output
 
 
 # ---------------------------------------------------------------------------- user history
