@@ -836,9 +836,8 @@ class Demo:
         on = evaluate(self.state["jobs"], self.state["cluster"],
                       {"policy": self.state["model"]}, cfg, speed_model=c.speed,
                       seed=c.seed)
-        t = dict(on.targets or {})
+        t = dict(on.targets or {})  # (the checks left out are n/a: ``passed`` stands)
         t["checks"] = [ch for ch in t.get("checks", []) if ch["name"] in SWITCH_ON_CHECKS]
-        t["passed"] = all(ch["ok"] is not False for ch in t["checks"])
         self.state["switch_on"] = t
         return {"warmup_jobs": on.warmup_jobs, "targets": t,
                 "bsld_mean": {n: on.metrics[n]["bsld"]["mean"] for n in on.metrics}}

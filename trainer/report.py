@@ -233,8 +233,8 @@ def _targets(t: Mapping[str, Any] | None) -> str:
 
 def _switch_on(run_info: Any) -> str:
     """The demo's replay from the queue Slurm left (``run.json``'s ``switch_on``)."""
-    summary = run_info.get("summary") if isinstance(run_info, dict) else None
-    on = ((summary or {}).get("evaluation") or {}).get("switch_on") or {}
+    summary = run_info.get("summary", {}) if isinstance(run_info, dict) else {}
+    on = (summary.get("evaluation") or {}).get("switch_on") or {}
     t = on.get("targets")
     if not t or not t.get("checks"):
         return ""

@@ -32,6 +32,7 @@ from trainer.evaluate import (
 )
 from trainer.sim import metrics
 from trainer.sim.engine import EngineOptions, Simulator
+from trainer.sim.placement import Request
 from trainer.sim.policies import (
     BASELINES,
     SEED_BASELINES,
@@ -460,7 +461,6 @@ def test_take_over_places_as_the_incumbent_until_its_time():
     inner, inc = make_policy("sjf", placement="random"), make_policy("multifactor")
     pol = TakeOver(inner, inc, at=1000)
     usable = np.ones(cl.num_nodes, dtype=bool)
-    from trainer.sim.placement import Request
     req = Request(3, 0, 0, True, 0, 0, 0)
     assert not np.array_equal(inner.place(cl, st, usable, req)[0],
                               inc.place(cl, st, usable, req)[0])  # (the test can tell)
