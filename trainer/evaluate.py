@@ -45,7 +45,9 @@ Quality targets (:func:`check_targets`, issue 5), for the first model:
   :func:`trainer.sim.metrics.compute`, which warm-up jobs do not count in, and the busy
   share up to the last test arrival, ``to_last_arrival``: the time mean runs to each
   run's own last end, so on a finite period it is the work over the makespan, and a run
-  that ends sooner scores higher however idle it left the machine while jobs waited);
+  that ends sooner scores higher however idle it left the machine while jobs waited;
+  and the share of the machine idle while some job waited, ``idle_waiting``: capacity
+  stranded while work queued, warm-up jobs' waiting included);
 - with a placement-dependent speed model (``locality_targets``, by default when the
   speed model is not ``none``; the Philly target): mean JCT at least ``jct_factor``
   (1.5x) lower than the best heuristic's (the best mean JCT among the other seed
@@ -380,9 +382,10 @@ def restrict(result: SimResult, lo: int) -> SimResult:
     """The replay seen from row ``lo`` on: jobs ``lo..``, series from their first arrival.
 
     The utilisation series keeps the value holding at the first arrival ``t0`` (its
-    first point moved to ``t0``) and stops at the last end of those jobs; the
-    fragmentation samples are those in ``[t0, last end]``. Placements and counters are
-    kept (``stats["warmup_jobs"] = lo``).
+    first point moved to ``t0``) and stops at the last end of those jobs, with the jobs
+    waiting at each point, warm-up jobs included (``util_waiting``); the fragmentation
+    samples are those in ``[t0, last end]``. Placements and counters are kept
+    (``stats["warmup_jobs"] = lo``).
 
     Raises:
         ValueError: If ``lo`` leaves no job.
@@ -401,6 +404,9 @@ def restrict(result: SimResult, lo: int) -> SimResult:
     util_t = ut[i0:i1].copy()
     if util_t.size:
         util_t[0] = max(int(util_t[0]), t0)
+    # the jobs waiting at those times, the warm-up's included (the restricted table
+    # drops them, yet a backlog they leave is work the period's idle capacity could run)
+    waiting = metrics.waiting_at(result.jobs, result.start, util_t)
     keep = (result.frag_t >= t0) & (result.frag_t <= t_end)
     placements = None
     if result.placements is not None:
@@ -411,7 +417,8 @@ def restrict(result: SimResult, lo: int) -> SimResult:
         util_t=util_t, util_nodes=result.util_nodes[i0:i1].copy(),
         util_cpus=result.util_cpus[i0:i1].copy(), util_gpus=result.util_gpus[i0:i1].copy(),
         frag_t=result.frag_t[keep].copy(), frag=result.frag[keep].copy(),
-        stats={**result.stats, "warmup_jobs": lo}, placements=placements)
+        stats={**result.stats, "warmup_jobs": lo}, placements=placements,
+        util_waiting=waiting)
 
 
 # ---------------------------------------------------------------------------- policies
@@ -876,9 +883,15 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
         # reported, not checked: busy share up to the last arrival, a span every run of
         # the test jobs shares (the time mean runs to each run's own last end)
         detail += f"; to the last arrival {pa:.{digits}f} vs {sa:.{digits}f}"
+    pi, si = _util_reading(p, "idle_waiting"), _util_reading(s, "idle_waiting")
+    if pi is not None and si is not None:
+        # reported, not checked: the share of the machine idle while some job waited
+        # (stranded capacity: holes a waiting job cannot use, drains for a reservation)
+        detail += f"; idle while jobs waited {pi:.{digits}f} vs {si:.{digits}f}"
     checks.append(_check("utilisation", util_not_lower(pu, su), pu, su, SLURM, detail))
     checks[-1]["own_work"] = {"value": po, "slurm": so}
     checks[-1]["to_last_arrival"] = {"value": pa, "slurm": sa}
+    checks[-1]["idle_waiting"] = {"value": pi, "slurm": si}
     if locality:
         pj = float(p["jct_s"]["mean"])
         if best_j is None:

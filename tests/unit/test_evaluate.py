@@ -168,12 +168,38 @@ def test_utilisation_check_reports_own_work_without_checking_it():
     ms["slurm"]["utilisation"]["own_work"] = {"nodes": 0.4, "gpus": 0.78}
     ms["net"]["utilisation"]["to_last_arrival"] = {"nodes": 0.4, "gpus": 0.83}
     ms["slurm"]["utilisation"]["to_last_arrival"] = {"nodes": 0.4, "gpus": 0.82}
+    ms["net"]["utilisation"]["idle_waiting"] = {"nodes": 0.1, "gpus": 0.15}
+    ms["slurm"]["utilisation"]["idle_waiting"] = {"nodes": 0.1, "gpus": 0.01}
     c = _by_name(check_targets(ms, "net", EvalConfig(), locality=False))["utilisation"]
     assert c["ok"] is False  # decided by the time mean
     assert "own work 0.790 vs 0.780" in c["detail"]
     assert "to the last arrival 0.830 vs 0.820" in c["detail"]
+    assert "idle while jobs waited 0.150 vs 0.010" in c["detail"]
     assert c["own_work"] == {"value": 0.79, "slurm": 0.78}
     assert c["to_last_arrival"] == {"value": 0.83, "slurm": 0.82}
+    assert c["idle_waiting"] == {"value": 0.15, "slurm": 0.01}
+
+
+def test_restrict_counts_the_warm_up_jobs_waiting():
+    jobs, cl = _table(300, interarrival=5.0)  # a queue builds up: warm-up jobs wait on
+    r = _replay(jobs, cl)
+    lo = 200
+    sub = restrict(r, lo)
+    assert sub.util_waiting is not None and sub.util_waiting.size == sub.util_t.size
+    # every job of the whole table arrived and not started after the events at each point
+    brute = [int(np.count_nonzero((jobs.eligible <= t) & (r.start > t)))
+             for t in sub.util_t.tolist()]
+    assert sub.util_waiting.tolist() == brute
+    own = metrics.waiting_at(sub.jobs, sub.start, sub.util_t)
+    assert (sub.util_waiting > own).any()  # warm-up jobs still waited in the test period
+    assert np.all(sub.util_waiting >= own)
+    u = metrics.compute(sub)["utilisation"]
+    idle = 1.0 - sub.util_gpus / cl.total_gpus
+    want = _integral(sub.util_t.tolist(), np.where(sub.util_waiting > 0, idle, 0.0).tolist(),
+                     int(sub.util_t[0]), int(sub.end.max()))
+    assert u["idle_waiting"]["gpus"] == pytest.approx(want / (int(sub.end.max())
+                                                              - int(sub.util_t[0])))
+    assert 0.0 <= u["idle_waiting"]["gpus"] <= 1.0 - u["gpus"] + 1e-12
 
 
 def test_restrict_at_zero_is_the_replay_and_rejects_out_of_range():

@@ -63,6 +63,10 @@ def test_metrics_of_a_known_schedule():
         "nodes": pytest.approx((2 * 100 + 4 * 10 + 1 * 5) / (4 * 115)), "gpus": None}
     # up to the last arrival (t = 2): job 1 alone on 2 of the 4 nodes
     assert m["utilisation"]["to_last_arrival"] == {"nodes": pytest.approx(0.5), "gpus": None}
+    # idle while a job waited: 2 of 4 nodes from t = 1 (job 2 arrives) to 100; 110-115
+    # leaves 3 idle with nobody waiting, 0-1 and 100-110 leave none idle
+    assert m["utilisation"]["idle_waiting"] == {"nodes": pytest.approx(0.5 * 99 / 115),
+                                                "gpus": None}
     assert m["single_leaf_share"] == pytest.approx(0.5)  # job 1 in one leaf, job 2 in two
     json.dumps(m)  # JSON-able
     rows = dict(metrics.table_rows(m))
@@ -83,6 +87,38 @@ def test_utilisation_to_the_last_arrival_leaves_the_drain_out():
     assert u["nodes"] == pytest.approx((4 * 100 + 2 * 10) / (4 * 110))
     assert u["to_last_arrival"]["nodes"] == pytest.approx(1.0)
     assert u["to_last_arrival"]["gpus"] == pytest.approx(1.0)
+
+
+def test_waiting_at_counts_arrived_jobs_not_yet_started():
+    recs = [job(1, 0, 100, 2, "a"), job(2, 1, 10, 4, "b"), job(3, 2, 5, 1, "b")]
+    r = fifo_no_backfill(recs, gpus_per_node=0)  # starts 0, 100, 110
+    t = T0 + np.array([0, 1, 2, 99, 100, 109, 110, 200])
+    assert metrics.waiting_at(r.jobs, r.start, t).tolist() == [0, 1, 2, 2, 1, 1, 0, 0]
+    never = r.start.copy()
+    never[2] = -1  # a job that never started waits from its arrival on
+    assert metrics.waiting_at(r.jobs, never, t).tolist() == [0, 1, 2, 2, 1, 1, 1, 1]
+
+
+def test_idle_while_waiting_reads_gpus_a_waiting_job_cannot_use():
+    # 4 nodes x 2 GPUs: A (1 node, 1 GPU) 0-100 leaves a GPU free on its node; B (4
+    # nodes x 2 GPUs) waits for it to end. Time mean over 0-110: 7 of 8 GPUs (and 3 of 4
+    # nodes) idle from t = 1 to 100 while B waits
+    sp = ClusterSpec.synthetic("c", 4, nodes_per_leaf=2, gpus_per_node=2)
+    cl = Cluster.from_spec(sp)
+
+    def gjob(jid: int, submit: int, run: int, nodes: int, gpus: int) -> JobRecord:
+        t = T0 + submit
+        tres = TresCounts(nodes, nodes, gpus * nodes, None)
+        return JobRecord(jid, "", "u", "", "", "", "COMPLETED", t, t, t, t + run, run,
+                         tres, tres, "", (), None, 0)
+
+    jobs = build_jobs([gjob(1, 0, 100, 1, 1), gjob(2, 1, 10, 4, 2)], cl)
+    r = Simulator(jobs, cl, make_policy("fifo"),
+                  SchedulerOptions(backfill=False, bf_interval=0)).run()
+    assert (r.start - T0).tolist() == [0, 100]
+    u = metrics.compute(r)["utilisation"]
+    assert u["idle_waiting"]["gpus"] == pytest.approx(7 / 8 * 99 / 110)
+    assert u["idle_waiting"]["nodes"] == pytest.approx(3 / 4 * 99 / 110)
 
 
 def test_jain_index():

@@ -303,6 +303,9 @@ class SimResult:
         frag: SCHED² fragmentation index at those times (see :mod:`trainer.sim.metrics`).
         stats: Counters of the replay (events, passes, backfilled jobs, wall time...).
         placements: Node names per job when :attr:`EngineOptions.keep_placements`.
+        util_waiting: Jobs waiting (arrived, not started) after the events at each
+            ``util_t``, when not those of :attr:`jobs` alone (``None``: counted from the
+            jobs; :func:`trainer.evaluate.restrict` keeps the warm-up jobs' count).
     """
 
     jobs: JobTable
@@ -322,6 +325,7 @@ class SimResult:
     frag: np.ndarray
     stats: dict[str, float] = field(default_factory=dict)
     placements: dict[int, tuple[str, ...]] | None = None
+    util_waiting: np.ndarray | None = None
 
     def nodes_of(self, job_id: int) -> tuple[str, ...]:
         """Node names job ``job_id`` ran on (needs ``keep_placements``).

@@ -22,7 +22,13 @@ the makespan: a run that holds a wide job to the end and drains the machine for 
 scores lower, one that keeps the machine half idle while work waits and ends sooner
 scores higher. Every run of the same jobs shares the span to the last arrival, so
 ``to_last_arrival`` reads how busy each kept the machine while jobs were still coming;
-the drain after the last arrival does not count;
+the drain after the last arrival does not count; and ``idle_waiting``: the share of
+the machine idle while some job waited (arrived, not started), a time mean over the
+same span as the utilisation: capacity stranded while work queued, the part of
+``1 - utilisation`` a scheduler could have used (the rest is idle with no job waiting).
+Node-sharing jobs leave GPUs that a waiting whole-node job cannot use; this reads them.
+For a test period replayed after a warm-up the waiting jobs include the warm-up's
+(:attr:`~trainer.sim.engine.SimResult.util_waiting`);
 ``jct_floor_s``: the mean recorded run time, the mean JCT of a schedule in which no job
 waits and every job runs at its recorded speed (the speed models only ever slow a job
 down: :mod:`trainer.sim.speed`), a floor no schedule of these jobs goes below;
@@ -49,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .state import Cluster, NodeState
+from .state import Cluster, JobTable, NodeState
 
 if TYPE_CHECKING:
     from .engine import SimResult
@@ -65,6 +71,7 @@ __all__ = [
     "span_means",
     "summary",
     "table_rows",
+    "waiting_at",
     "write_json",
 ]
 
@@ -168,6 +175,20 @@ def span_means(t: np.ndarray, v: np.ndarray, edges: Sequence[float]) -> list[flo
                                                           strict=True)]
 
 
+def waiting_at(jobs: JobTable, start: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Jobs of ``jobs`` waiting after the events at each time ``t``.
+
+    Arrived (eligible at or before ``t``) and not started by then (``start`` after ``t``,
+    or negative: never started). A job that arrives and starts at the same time never
+    waits.
+    """
+    elig = np.sort(jobs.eligible)
+    began = np.sort(np.where(start >= 0, start, np.iinfo(np.int64).max))
+    out: np.ndarray = (np.searchsorted(elig, t, side="right")
+                       - np.searchsorted(began, t, side="right")).astype(np.int64)
+    return out
+
+
 def _series(t: np.ndarray, v: np.ndarray, t_end: int, points: int) -> tuple[list[int],
                                                                             list[float]]:
     """Time-weighted bucket means of a step function (at most ``points`` buckets)."""
@@ -226,6 +247,14 @@ def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[st
     util["to_last_arrival"] = {
         "nodes": to_last(result.util_nodes / cl.num_nodes),
         "gpus": to_last(result.util_gpus / total_g) if total_g else None,
+    }
+    waiting = (result.util_waiting if result.util_waiting is not None
+               else waiting_at(jobs, result.start, result.util_t)) > 0
+    util["idle_waiting"] = {
+        "nodes": _time_mean(result.util_t, np.where(
+            waiting, 1.0 - result.util_nodes / cl.num_nodes, 0.0), t_end),
+        "gpus": (_time_mean(result.util_t, np.where(
+            waiting, 1.0 - result.util_gpus / total_g, 0.0), t_end) if total_g else None),
     }
     st, sn = _series(result.util_t, result.util_nodes / cl.num_nodes, t_end, series_points)
     _, sc = _series(result.util_t, result.util_cpus / cl.total_cpus, t_end, series_points)
