@@ -58,7 +58,7 @@ from .actuate import Actuator, AuditSink, Change
 from .config import HelperConfig
 from .hint import HintContext, HintRequest, advise
 from .logs import EventLog
-from .metrics import Metrics
+from .metrics import Metrics, idle_share
 from .state import HelperState, Section, Steering
 
 __all__ = ["MIN_APPLY_BUDGET", "NOT_SCHEDULABLE", "ClockWatch", "CycleReport", "Helper",
@@ -402,6 +402,9 @@ class Helper:
         t1 = time.perf_counter()
         hist = self._refresh_history(model.norm, tree)
         jobs_raw, nodes_raw, names = raw_from_slurm(now, pending, running, nodes, tree, hist)
+        idle = idle_share(nodes_raw)  # (watched: capacity left idle while jobs wait)
+        self.metrics.set("idle_share", idle)
+        self.metrics.set("idle_waiting_share", idle if pending else 0.0)
         obs = featurize(now, jobs_raw, nodes_raw, model.norm)
         timings["featurize"] = time.perf_counter() - t1
         rep.scored = obs.n_jobs

@@ -8,7 +8,10 @@ to loopback addresses only and answers nothing but ``GET /metrics``.
 Metrics (all prefixed ``rlsched_helper_``): ``cycle_seconds`` (last cycle),
 ``cycles_total``, ``cycle_errors_total``, ``jobs_scored`` (last cycle),
 ``changes_total{field,mode}``, ``model_age_seconds``, ``model_ok``, ``enforce``,
-``last_cycle_timestamp_seconds``, ``hints_total{result}``.
+``last_cycle_timestamp_seconds``, ``hints_total{result}``, ``idle_share`` and
+``idle_waiting_share`` (:func:`idle_share`: the machine's free share in the last cycle,
+and the same while jobs waited, else 0; the time mean of the latter is the simulator's
+``idle_waiting``, :mod:`trainer.sim.metrics`: capacity stranded while work queued).
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["PREFIX", "Metrics", "MetricsServer"]
+import numpy as np
+
+from slurm_plugin.features import NodesRaw
+
+__all__ = ["PREFIX", "Metrics", "MetricsServer", "idle_share"]
 
 #: Name prefix of every metric.
 PREFIX = "rlsched_helper_"
@@ -34,7 +41,26 @@ _HELP: dict[str, tuple[str, str]] = {
     "enforce": ("gauge", "1 in enforce mode, 0 in shadow mode."),
     "last_cycle_timestamp_seconds": ("gauge", "End of the last cycle (epoch seconds)."),
     "hints_total": ("counter", "job_submit hint requests by result."),
+    "idle_share": ("gauge", "Share of the GPUs (of the nodes, without GPUs) free in the"
+                   " last cycle, on nodes that can take jobs."),
+    "idle_waiting_share": ("gauge", "idle_share when jobs were waiting in the last cycle,"
+                           " else 0: its time mean is the capacity left idle while work"
+                           " queued."),
 }
+
+
+def idle_share(nodes: NodesRaw) -> float:
+    """Share of the machine free now: GPUs, or whole idle nodes on a cluster without GPUs.
+
+    Over the nodes that can take jobs (``up``), as the simulator reads utilisation
+    (:func:`trainer.sim.metrics.compute`); 0 when none can.
+    """
+    up = np.asarray(nodes.up, dtype=bool)
+    gpus = int(np.asarray(nodes.cap_g)[up].sum())
+    if gpus:
+        return float(np.asarray(nodes.free_g)[up].sum()) / gpus
+    n = int(up.sum())
+    return float(np.asarray(nodes.idle)[up].sum()) / n if n else 0.0
 
 
 def _labels(labels: Mapping[str, str]) -> str:

@@ -415,6 +415,24 @@ def test_metrics_and_status_counters(tmp_path, mode):
     assert h.metrics.get("enforce") == (1.0 if mode == "enforce" else 0.0)
 
 
+def test_idle_share_gauges_read_the_free_gpus_while_jobs_wait(tmp_path):
+    nodes, tree = cluster()  # 8 nodes x 8 GPUs
+    busy = [dataclasses.replace(n, state="MIXED", alloc_gpus=6, alloc_cpus=8) if k < 4 else n
+            for k, n in enumerate(nodes)]
+    # a drained node cannot take jobs: its free GPUs are not counted
+    busy[7] = dataclasses.replace(busy[7], state="IDLE+DRAIN", state_flags=("DRAIN",))
+    h, _, _, _ = make(tmp_path, three_jobs(), client=FakeSlurm(three_jobs(), busy, tree))
+    assert h.run_once().ok
+    free = 4 * 2 + 3 * 8  # four nodes with 2 GPUs free, three idle (one drained)
+    assert h.metrics.get("idle_share") == pytest.approx(free / (7 * 8))
+    assert h.metrics.get("idle_waiting_share") == pytest.approx(free / (7 * 8))
+    # nothing waits: the machine is idle, but no capacity is stranded
+    h2, _, _, _ = make(tmp_path, [], client=FakeSlurm([], busy, tree))
+    assert h2.run_once().ok
+    assert h2.metrics.get("idle_share") == pytest.approx(free / (7 * 8))
+    assert h2.metrics.get("idle_waiting_share") == 0.0
+
+
 def test_shadow_rollback_is_virtual(tmp_path):
     h, client, audit, _ = make(tmp_path, steer_jobs(), steering="reqnodes", steer_jobs=1,
                                steer_min_nodes=2, rollback_cycles=1)
