@@ -250,11 +250,13 @@ def compute(result: SimResult, *, series_points: int = SERIES_POINTS) -> dict[st
     }
     waiting = (result.util_waiting if result.util_waiting is not None
                else waiting_at(jobs, result.start, result.util_t)) > 0
+
+    def idle_waiting(used: np.ndarray) -> float:
+        return _time_mean(result.util_t, np.where(waiting, 1.0 - used, 0.0), t_end)
+
     util["idle_waiting"] = {
-        "nodes": _time_mean(result.util_t, np.where(
-            waiting, 1.0 - result.util_nodes / cl.num_nodes, 0.0), t_end),
-        "gpus": (_time_mean(result.util_t, np.where(
-            waiting, 1.0 - result.util_gpus / total_g, 0.0), t_end) if total_g else None),
+        "nodes": idle_waiting(result.util_nodes / cl.num_nodes),
+        "gpus": idle_waiting(result.util_gpus / total_g) if total_g else None,
     }
     st, sn = _series(result.util_t, result.util_nodes / cl.num_nodes, t_end, series_points)
     _, sc = _series(result.util_t, result.util_cpus / cl.total_cpus, t_end, series_points)
