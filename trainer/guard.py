@@ -24,7 +24,8 @@ lower); the longest wait is shown too, and bounded as well with ``max_wait_slack
 (``util_arrivals``; not a bound: the checked utilisation runs to each replay's own
 last end, so a setting that drains the machine for a wide job at the end of the period
 reads lower there and one that ends sooner reads higher, however busy each kept the
-machine while jobs arrived).
+machine while jobs arrived), and the share of the machine idle while jobs waited
+(``idle_waiting``, shown, not a bound: capacity stranded while work queued).
 
 With ``windows`` > 1 (``tune-guard`` uses :data:`DEFAULT_WINDOWS`, or as many as fit;
 ``--windows``), each setting is judged on the validation period and the ``windows - 1``
@@ -349,12 +350,14 @@ class GuardSweep:
 def _figures(m: Mapping[str, Any]) -> dict[str, float]:
     """A row's figures; ``util`` is the checked utilisation.
 
-    ``util_arrivals`` is the busy share up to the last arrival, shown beside it and not
-    checked (``to_last_arrival`` of :func:`trainer.sim.metrics.compute`).
+    ``util_arrivals`` is the busy share up to the last arrival and ``idle_waiting`` the
+    share idle while jobs waited, shown beside it and not checked (``to_last_arrival``
+    and ``idle_waiting`` of :func:`trainer.sim.metrics.compute`).
     """
     return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
             "wait_max": float(m["wait_s"]["max"]), "util": _util(m),
-            "util_arrivals": float(_util_reading(m, "to_last_arrival") or 0.0)}
+            "util_arrivals": float(_util_reading(m, "to_last_arrival") or 0.0),
+            "idle_waiting": float(_util_reading(m, "idle_waiting") or 0.0)}
 
 
 def _replay(table: JobTable, cluster: Cluster, model: str, cfg: EvalConfig,
@@ -385,7 +388,7 @@ def pooled(figures: Sequence[Mapping[str, float]]) -> dict[str, float]:
     one window: its figures, exactly.
     """
     out = {k: _geo([f[k] for f in figures]) for k in ("bsld_mean", "wait_p99", "wait_max")}
-    for k in ("util", "util_arrivals"):
+    for k in ("util", "util_arrivals", "idle_waiting"):
         out[k] = math.fsum(f[k] for f in figures) / len(figures)
     return out
 
@@ -657,11 +660,12 @@ def print_sweep(res: GuardSweep, also: str = "") -> None:
     bound_max = res.max_wait_slack is not None
     many = len(res.windows) > 1
     heads = ["guard", "bsld mean", "vs slurm", *(["lower in"] if many else []), "p99 wait",
-             "max wait", "util", "to last arrival", "p99", *(["max"] if bound_max else []),
-             "util ok"]
+             "max wait", "util", "to last arrival", "idle waiting", "p99",
+             *(["max"] if bound_max else []), "util ok"]
     body = [["slurm", f"{sl['bsld_mean']:,.1f}", "", *([""] if many else []),
              _days(sl["wait_p99"]), _days(sl["wait_max"]), f"{sl['util']:.3f}",
-             f"{sl['util_arrivals']:.3f}", "", *([""] if bound_max else []), ""]]
+             f"{sl['util_arrivals']:.3f}", f"{sl['idle_waiting']:.3f}", "",
+             *([""] if bound_max else []), ""]]
     for i, r in enumerate(res.rows):
         mark = " *" if res.choice is not None and res.choice[0] == i else ""
         if _same_guard(r["setting"], res.trained_behind):
@@ -671,7 +675,8 @@ def print_sweep(res: GuardSweep, also: str = "") -> None:
         body.append([r["setting"].label + mark, f"{r['bsld_mean']:,.1f}",
                      f"{r['bsld_vs_slurm'] - 1:+.1%}", *([lower] if many else []),
                      _days(r["wait_p99"]), _days(r["wait_max"]), f"{r['util']:.3f}",
-                     f"{r['util_arrivals']:.3f}", "ok" if r["p99_ok"] else "over",
+                     f"{r['util_arrivals']:.3f}", f"{r['idle_waiting']:.3f}",
+                     "ok" if r["p99_ok"] else "over",
                      *(["ok" if r["max_ok"] else "over"] if bound_max else []),
                      "ok" if r["util_ok"] else "lower"])
     a, b = res.period

@@ -191,6 +191,7 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
         assert r["util_ok"] == (r["util"] >= res.slurm["util"])
         assert r["util_arrivals"] == pytest.approx(  # shown, not a bound
             _util_reading(m, "to_last_arrival"))
+        assert r["idle_waiting"] == pytest.approx(_util_reading(m, "idle_waiting"))
         assert r["bsld_vs_slurm"] == pytest.approx(m["bsld"]["mean"] / sl["bsld"]["mean"])
     assert res.rows[1]["wait_max"] != res.rows[0]["wait_max"]  # the guard acted
     assert res.choice is not None and res.choice[0] in (1, 2)
@@ -217,15 +218,16 @@ def test_sweep_replays_the_validation_period_as_evaluate_does(tiny_checkpoint):
 
 def test_pooled_figures_weigh_every_window_the_same():
     one = {"bsld_mean": 3.7, "wait_p99": 1234.5, "wait_max": 99.9, "util": 0.81,
-           "util_arrivals": 0.79}
+           "util_arrivals": 0.79, "idle_waiting": 0.05}
     assert pooled([one]) == one  # one window: its figures, exactly
     two = {"bsld_mean": 37.0, "wait_p99": 12.345, "wait_max": 9.99, "util": 0.61,
-           "util_arrivals": 0.59}
+           "util_arrivals": 0.59, "idle_waiting": 0.15}
     p = pooled([one, two])
     assert p["bsld_mean"] == pytest.approx((3.7 * 37.0) ** 0.5)
     assert p["wait_p99"] == pytest.approx(123.45) and p["wait_max"] == pytest.approx(31.59,
                                                                                      rel=1e-3)
     assert p["util"] == pytest.approx(0.71) and p["util_arrivals"] == pytest.approx(0.69)
+    assert p["idle_waiting"] == pytest.approx(0.10)
     # a ratio of pooled figures is the geometric mean of the per-window ratios
     s1, s2 = {**one, "bsld_mean": 7.4}, {**two, "bsld_mean": 3.7}
     ratio = p["bsld_mean"] / pooled([s1, s2])["bsld_mean"]
@@ -303,6 +305,7 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert "validation period: jobs 210..239 (30 jobs)" in r.output
     assert "longest-wait bound: Slurm's + 50%; utilisation bound: Slurm's - 1.00%" in r.output
     assert "to last arrival" in r.output  # (shown beside the checked utilisation)
+    assert "idle waiting" in r.output
     assert "starvation_limit = " in r.output and 'starvation_order = "age"' in r.output
     data = json.loads((out / "guard.json").read_text())
     limit = int(data["choice"]["starvation_limit"])  # as typed: 172800, not 1.728e+05
