@@ -838,7 +838,6 @@ class Demo:
                       seed=c.seed)
         t = dict(on.targets or {})  # (the checks left out are n/a: ``passed`` stands)
         t["checks"] = [ch for ch in t.get("checks", []) if ch["name"] in SWITCH_ON_CHECKS]
-        self.state["switch_on"] = t
         return {"warmup_jobs": on.warmup_jobs, "targets": t,
                 "bsld_mean": {n: on.metrics[n]["bsld"]["mean"] for n in on.metrics}}
 
@@ -952,7 +951,7 @@ def _final_table(d: Demo) -> None:
     table(TABLE_HEADERS, res.table())
     print_targets(res.targets)
     print_pairs(res.pairs)
-    on = d.state.get("switch_on")
+    on = ((d.summary.get("evaluation") or {}).get("switch_on") or {}).get("targets")
     if on:
         click.echo("from the queue the incumbent Slurm left at the test period's start (the"
                    " day the helper is switched on):")

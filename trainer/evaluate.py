@@ -779,6 +779,16 @@ def _util(m: Mapping[str, Any]) -> float:
     return _gpus_else_nodes(m["utilisation"])
 
 
+#: The utilisation readings the utilisation line reports beside the checked time mean
+#: (:func:`trainer.sim.metrics.compute`), with their words: the test jobs' own work over
+#: their span (warm-up jobs still running in the test period do not count in it); the
+#: busy share up to the last arrival, a span every run of the test jobs shares (the time
+#: mean runs to each run's own last end); the share of the machine idle while some job
+#: waited (stranded capacity: holes a waiting job cannot use, drains for a reservation).
+_UTIL_READINGS = (("own_work", "own work"), ("to_last_arrival", "to the last arrival"),
+                  ("idle_waiting", "idle while jobs waited"))
+
+
 def _util_reading(m: Mapping[str, Any], key: str) -> float | None:
     """Another reading of the utilisation (``own_work``, ``to_last_arrival``), if any."""
     u = m["utilisation"].get(key)
@@ -872,26 +882,14 @@ def check_targets(ms: Mapping[str, Mapping[str, Any]], policy: str, config: Eval
     while digits < 6 and f"{pu:.{digits}f}" == f"{su:.{digits}f}" and pu != su:
         digits += 1  # (enough digits to show which is lower)
     detail = f"utilisation {pu:.{digits}f} vs slurm {su:.{digits}f} (target: not lower)"
-    po, so = _util_reading(p, "own_work"), _util_reading(s, "own_work")
-    if po is not None and so is not None:
-        # reported, not checked: the test jobs' own work over their span, which warm-up
-        # jobs still running in the test period do not count in (metrics module)
-        detail += f"; own work {po:.{digits}f} vs {so:.{digits}f}"
-    pa, sa = (_util_reading(p, "to_last_arrival"),
-              _util_reading(s, "to_last_arrival"))
-    if pa is not None and sa is not None:
-        # reported, not checked: busy share up to the last arrival, a span every run of
-        # the test jobs shares (the time mean runs to each run's own last end)
-        detail += f"; to the last arrival {pa:.{digits}f} vs {sa:.{digits}f}"
-    pi, si = _util_reading(p, "idle_waiting"), _util_reading(s, "idle_waiting")
-    if pi is not None and si is not None:
-        # reported, not checked: the share of the machine idle while some job waited
-        # (stranded capacity: holes a waiting job cannot use, drains for a reservation)
-        detail += f"; idle while jobs waited {pi:.{digits}f} vs {si:.{digits}f}"
+    readings = {}
+    for key, label in _UTIL_READINGS:  # reported, not checked
+        pr, sr = _util_reading(p, key), _util_reading(s, key)
+        if pr is not None and sr is not None:
+            detail += f"; {label} {pr:.{digits}f} vs {sr:.{digits}f}"
+        readings[key] = {"value": pr, "slurm": sr}
     checks.append(_check("utilisation", util_not_lower(pu, su), pu, su, SLURM, detail))
-    checks[-1]["own_work"] = {"value": po, "slurm": so}
-    checks[-1]["to_last_arrival"] = {"value": pa, "slurm": sa}
-    checks[-1]["idle_waiting"] = {"value": pi, "slurm": si}
+    checks[-1].update(readings)
     if locality:
         pj = float(p["jct_s"]["mean"])
         if best_j is None:
