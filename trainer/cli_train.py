@@ -237,14 +237,19 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--max-jobs", "max_jobs", click.IntRange(min=1),
      "Pending jobs the policy sees per decision (default 64)."),
     ("--reward", "reward", click.Choice(["bsld", "wait", "jct", "util", "effectiveness",
-                                         "backlog"]),
+                                         "backlog", "stranding"]),
      "Reward (default bsld: minus the bounded slowdowns; backlog: minus the"
-     " area-weighted wait)."),
+     " area-weighted wait; stranding: minus the capacity idle while jobs wait)."),
     ("--backlog", "backlog", click.FloatRange(min=0),
      "Weight of a backlog term added to the reward: minus the waiting jobs' areas (share"
      " of the machine x run time), 1 weighing waiting as much in total as bsld does."
      " It prices holding wide jobs back, which lowers utilisation on a finite history"
      " (default 0: none)."),
+    ("--stranding", "stranding", click.FloatRange(min=0),
+     "Weight of a stranding term added to the reward: minus the share of the machine"
+     " idle while some job waits (GPUs, else nodes), 1 pricing idle capacity the size of"
+     " an average job like one average job waiting. It prices the holes that serving"
+     " small jobs first leaves on a saturated queue (default 0: none)."),
     ("--fairness", "fairness", click.FloatRange(min=0),
      "Weight of the end-of-episode fairness term, Jain's index of the users' bounded"
      " slowdowns (default 0; a history without user ids has one user, and it warns)."),

@@ -109,6 +109,9 @@ Rewards
     adds that weight of :class:`~trainer.sim.stepper.BacklogReward` to every increment:
     minus the area-weighted wait, the work held back that lowers utilisation on a
     finite replay.
+    ``stranding > 0`` adds that weight of
+    :class:`~trainer.sim.stepper.StrandingReward`: minus the capacity idle while some
+    job waits.
 """
 
 from __future__ import annotations
@@ -179,13 +182,18 @@ class EnvConfig:
     the whole table."""
     reward: str = "bsld"
     """Reward name in :data:`trainer.sim.stepper.REWARDS`: ``bsld``, ``wait``, ``jct``,
-    ``util``, ``effectiveness`` or ``backlog``."""
+    ``util``, ``effectiveness``, ``backlog`` or ``stranding``."""
     fairness: float = 0.0
     """Weight of the end-of-episode fairness term (module docstring); 0: none."""
     backlog: float = 0.0
     """Weight of the backlog term added to the reward
     (:class:`~trainer.sim.stepper.BacklogReward`: minus the waiting jobs' areas, sized
     so that 1 weighs waiting as much in total as bsld does); 0: none."""
+    stranding: float = 0.0
+    """Weight of the stranding term added to the reward
+    (:class:`~trainer.sim.stepper.StrandingReward`: minus the machine's idle share while
+    some job waits, sized so that at 1 idle capacity the size of an average job costs
+    what an average job waiting costs); 0: none."""
     speed_model: str = "none"
     """Speed model name in :data:`trainer.sim.speed.SPEED_MODELS`."""
     max_steps: int | None = None
@@ -255,6 +263,7 @@ class EnvConfig:
         need(self.tau > 0, "tau must be positive")
         need(self.fairness >= 0, "fairness must be >= 0")
         need(self.backlog >= 0, "backlog must be >= 0")
+        need(self.stranding >= 0, "stranding must be >= 0")
         need(self.history_jobs >= 0, "history_jobs must be >= 0")
         need(self.warmup_jobs >= 0, "warmup_jobs must be >= 0")
         need(not (self.warm_start and self.warmup_jobs),
@@ -352,7 +361,8 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                              " table: incumbent_times(jobs, cluster, ...)")
         self._incumbent = incumbent
         self.norm = norm or Normalisation()
-        self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau, backlog=cfg.backlog)
+        self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau, backlog=cfg.backlog,
+                                     stranding=cfg.stranding)
         n_nodes = cluster.num_nodes
         mj, mc = cfg.max_jobs, cfg.max_candidates
         b = FEATURE_BOUND

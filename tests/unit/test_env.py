@@ -538,6 +538,22 @@ def test_backlog_term_is_added_to_every_step():
         EnvConfig(backlog=-0.1)
 
 
+def test_stranding_term_is_added_to_every_step():
+    cfg = EnvConfig(episode_jobs=60, max_jobs=16)
+    runs = {}
+    for name, c in (("bsld", cfg), ("stranding", replace(cfg, reward="stranding")),
+                    ("mixed", replace(cfg, stranding=0.5))):
+        env = from_workload(SMALL, c)
+        _, trace, term = random_episode(env, seed=4, rng_seed=9)
+        assert term
+        runs[name] = np.array([r for _, r, _ in trace])
+    assert runs["stranding"].min() < 0  # capacity sat idle while jobs waited
+    np.testing.assert_allclose(runs["mixed"], runs["bsld"] + 0.5 * runs["stranding"],
+                               rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="stranding must be >= 0"):
+        EnvConfig(stranding=-0.1)
+
+
 def test_truncation_after_max_steps():
     env = from_workload(SMALL, EnvConfig(episode_jobs=60, max_jobs=16, max_steps=5))
     _, trace, term = random_episode(env, seed=1, rng_seed=1)

@@ -245,12 +245,13 @@ def test_fifo_blocking_agent_replays_the_engine_exactly(kind):
 
 
 # ---------------------------------------------------------------------------- rewards
-def tiny(reward: str, backlog: float = 0.0) -> Stepper:
+def tiny(reward: str, backlog: float = 0.0, stranding: float = 0.0) -> Stepper:
     """FIFO with greedy filling on 4 nodes: 1 runs 0-100, 3 runs 2-12, 2 runs 100-110."""
     recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 10, 1)]
     cl = Cluster.from_spec(spec(4, per_leaf=2))
     jobs = build_jobs(recs, cl)
-    s = Stepper(jobs, cl, reward=make_reward(reward, jobs, cl, backlog=backlog))
+    s = Stepper(jobs, cl, reward=make_reward(reward, jobs, cl, backlog=backlog,
+                                             stranding=stranding))
     s.advance()
     s.start(0, s.best_fit(0))
     s.advance()
@@ -319,6 +320,45 @@ def test_a_backlog_weight_adds_that_much_of_the_backlog_reward():
         make_reward("bsld", jobs, cl, backlog=-1.0)
 
 
+def test_stranding_reward_prices_the_nodes_idle_while_a_job_waits():
+    # job 2 (4 nodes) waits from 1 to 100: 2 of 4 nodes idle for 1 s, 1 of 4 for the
+    # 10 s job 3 runs, then 2 of 4 for 88 s; before it arrived nobody waited (0 s idle
+    # then costs nothing); k = mean(1 / max(run, 10)) / mean(share), shares 2/4, 4/4, 1/4
+    k = np.mean([1 / 100, 1 / 10, 1 / 10]) / np.mean([0.5, 1.0, 0.25])
+    s = tiny("stranding")
+    assert s.reward.k == pytest.approx(k)
+    assert s.total_reward == pytest.approx(-k * (1 * 0.5 + 10 * 0.25 + 88 * 0.5))
+    mixed = tiny("bsld", backlog=0.5, stranding=2.0)
+    assert mixed.reward.name == "bsld+0.5*backlog+2*stranding"
+    want = (tiny("bsld").total_reward + 0.5 * tiny("backlog").total_reward
+            + 2.0 * s.total_reward)
+    assert mixed.total_reward == pytest.approx(want)
+    assert tiny("bsld", stranding=0.0).reward.name == "bsld"
+    jobs, cl = synthetic("gpu", 20)
+    with pytest.raises(ValueError, match="stranding weight must be >= 0"):
+        make_reward("bsld", jobs, cl, stranding=-1.0)
+
+
+def test_stranding_reward_reads_gpus_on_a_gpu_cluster():
+    # one node of 8 GPUs: a 1-GPU job runs 0-100 on it, so the node is busy, yet 7 of
+    # 8 GPUs sit idle while the 8-GPU job that arrived at 10 waits, for 90 s
+    s = make([job(1, 0, 100, 1, cpus=8, gpus=1), job(2, 10, 100, 1, cpus=8, gpus=8)],
+             spec(1, per_leaf=1, gpus=8), reward="stranding")
+    k = np.mean([1 / 100, 1 / 100]) / np.mean([1 / 8, 8 / 8])
+    assert s.reward.k == pytest.approx(k)
+    s.advance()
+    s.start(0, s.best_fit(0))
+    s.advance()
+    assert s.pop_reward() == 0.0  # nobody waited yet
+    assert not s.fits(s.pending())[0]
+    s.advance()
+    assert s.pop_reward() == pytest.approx(-k * 90 * 7 / 8)
+    s.start(1, s.best_fit(1))
+    while not s.done:
+        s.advance()
+    assert s.total_reward == pytest.approx(-k * 90 * 7 / 8)
+
+
 def test_bsld_reward_lifts_short_jobs_to_one():
     s = make([job(1, 0, 3), job(2, 0, 0)], spec(2))
     s.advance()
@@ -333,7 +373,8 @@ def test_bsld_reward_lifts_short_jobs_to_one():
 
 def test_reward_registry():
     jobs, cl = synthetic("gpu", 20)
-    assert set(REWARDS) == {"bsld", "wait", "jct", "util", "effectiveness", "backlog"}
+    assert set(REWARDS) == {"bsld", "wait", "jct", "util", "effectiveness", "backlog",
+                            "stranding"}
     with pytest.raises(KeyError, match="unknown reward 'nope'"):
         make_reward("nope", jobs, cl)
     with pytest.raises(KeyError, match="unknown speed model"):

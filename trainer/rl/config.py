@@ -129,6 +129,9 @@ class TrainConfig:
     backlog: float = 0.0
     """Weight of the env's backlog term (minus the area-weighted wait) added to the
     reward; 0: none."""
+    stranding: float = 0.0
+    """Weight of the env's stranding term (minus the machine's idle share while some
+    job waits) added to the reward; 0: none."""
     speed_model: str = "none"
     """Speed model name in :data:`trainer.sim.speed.SPEED_MODELS`."""
     max_steps: int | None = None
@@ -286,7 +289,7 @@ class TrainConfig:
     def _env_configs(self, val_warmup_jobs: int) -> tuple[EnvConfig, EnvConfig]:
         common = EnvConfig(max_jobs=self.max_jobs, max_candidates=self.max_candidates,
                            place=self.place, reward=self.reward, fairness=self.fairness,
-                           backlog=self.backlog,
+                           backlog=self.backlog, stranding=self.stranding,
                            speed_model=self.speed_model, max_steps=self.max_steps,
                            actions=self.actions, hold=self.hold,
                            starvation_limit=self.starvation_limit if self.train_guard else 0.0,

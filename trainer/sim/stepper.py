@@ -74,6 +74,7 @@ __all__ = [
     "Reward",
     "RewardSum",
     "Stepper",
+    "StrandingReward",
     "make_reward",
     "per_user_bsld",
     "take",
@@ -357,6 +358,54 @@ class BacklogReward(Reward):
         return -float(dt) * float(self.weight[st.pending()].sum())
 
 
+class StrandingReward(Reward):
+    """Minus the capacity left idle while some job waits: stranded capacity, priced.
+
+    Over an interval with at least one job pending: ``-dt * k * idle``, ``idle`` the
+    share of the machine free (of the GPUs; of the nodes on a cluster without GPUs, as
+    :func:`trainer.sim.metrics.compute`'s ``idle_waiting`` reads it); nothing while no
+    job waits (idle capacity nobody asked for is not a scheduler's to use). The return
+    is minus ``k`` times the integral of ``idle_waiting``.
+    ``k = mean(1 / max(run, tau)) / mean(share)``, ``share`` a job's dominant share of
+    the machine (:class:`BacklogReward`'s): at weight 1, idle capacity the size of an
+    average job costs, per second, what one average job waiting costs in
+    :class:`BsldReward`.
+
+    Why: on a saturated queue an order that serves small jobs first leaves holes that
+    the wide jobs still waiting cannot use (the admin guide's "where utilisation goes"),
+    and that idle time is what the utilisation target loses. Neither the bsld reward
+    nor :class:`UtilReward` (whose integral over a replay run to its end is the work
+    done, the same for every schedule) prices it at the moment it happens. Added to
+    bsld (``EnvConfig.stranding``), it does.
+    """
+
+    name = "stranding"
+
+    def __init__(self, jobs: JobTable, cluster: Cluster, tau: float = TAU) -> None:
+        super().__init__(jobs, cluster, tau)
+        share = jobs.total_cpus(cluster) / max(1, cluster.total_cpus)
+        if cluster.total_gpus:
+            share = np.maximum(share, jobs.total_gpus(cluster) / cluster.total_gpus)
+        mean_share = float(share.mean()) if jobs.n else 0.0
+        inv = float((1.0 / np.maximum(jobs.run.astype(np.float64), self.tau)).mean()
+                    if jobs.n else 0.0)
+        self.gpus = cluster.total_gpus > 0
+        self.total = float(cluster.total_gpus if self.gpus else cluster.num_nodes)
+        #: What one second of a wholly idle machine costs while jobs wait.
+        self.k = inv / mean_share if mean_share > 0 else 0.0
+
+    def idle(self, st: Stepper) -> float:
+        """The machine's free share now (GPUs, else nodes)."""
+        used = st.state.used_g if self.gpus else st.state.busy_nodes
+        return max(0.0, 1.0 - used / self.total) if self.total else 0.0
+
+    def interval(self, st: Stepper, dt: int) -> float:
+        """Minus ``dt`` times ``k`` times the idle share, while some job waits."""
+        if not dt or not st.n_pending:
+            return 0.0
+        return -float(dt) * self.k * self.idle(st)
+
+
 class RewardSum(Reward):
     """A weighted sum of rewards: ``sum(w * r)`` of each increment.
 
@@ -393,30 +442,35 @@ REWARDS: dict[str, Callable[[JobTable, Cluster, float], Reward]] = {
     "util": UtilReward,
     "effectiveness": EffectivenessReward,
     "backlog": BacklogReward,
+    "stranding": StrandingReward,
 }
 
 
 def make_reward(name: str, jobs: JobTable, cluster: Cluster, tau: float = TAU, *,
-                backlog: float = 0.0) -> Reward:
+                backlog: float = 0.0, stranding: float = 0.0) -> Reward:
     """A reward from :data:`REWARDS`, scaled for ``jobs``.
 
-    ``backlog > 0`` adds that weight of :class:`BacklogReward` to it
-    (:class:`RewardSum`).
+    ``backlog > 0`` adds that weight of :class:`BacklogReward` to it, ``stranding > 0``
+    that weight of :class:`StrandingReward` (:class:`RewardSum`).
 
     Raises:
         KeyError: If the name is not registered.
-        ValueError: If ``backlog`` is negative.
+        ValueError: If a weight is negative.
     """
     try:
         factory = REWARDS[name]
     except KeyError:
         raise KeyError(f"unknown reward {name!r}: {sorted(REWARDS)}") from None
-    if backlog < 0:
-        raise ValueError(f"backlog weight must be >= 0, got {backlog:g}")
+    for what, w in (("backlog", backlog), ("stranding", stranding)):
+        if w < 0:
+            raise ValueError(f"{what} weight must be >= 0, got {w:g}")
     base = factory(jobs, cluster, tau)
-    if not backlog:
-        return base
-    return RewardSum([(1.0, base), (backlog, BacklogReward(jobs, cluster, tau))])
+    parts: list[tuple[float, Reward]] = [(1.0, base)]
+    if backlog:
+        parts.append((backlog, BacklogReward(jobs, cluster, tau)))
+    if stranding:
+        parts.append((stranding, StrandingReward(jobs, cluster, tau)))
+    return base if len(parts) == 1 else RewardSum(parts)
 
 
 # ---------------------------------------------------------------------------- stepper
