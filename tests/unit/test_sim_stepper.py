@@ -315,9 +315,13 @@ def test_a_backlog_weight_adds_that_much_of_the_backlog_reward():
     want = tiny("bsld").total_reward + 0.5 * tiny("backlog").total_reward
     assert mixed.total_reward == pytest.approx(want)
     assert tiny("bsld", backlog=0.0).reward.name == "bsld"
+
+
+@pytest.mark.parametrize("term", ["backlog", "stranding"])
+def test_a_negative_term_weight_is_refused(term):
     jobs, cl = synthetic("gpu", 20)
-    with pytest.raises(ValueError, match="backlog weight must be >= 0"):
-        make_reward("bsld", jobs, cl, backlog=-1.0)
+    with pytest.raises(ValueError, match=f"{term} weight must be >= 0"):
+        make_reward("bsld", jobs, cl, **{term: -1.0})
 
 
 def test_stranding_reward_prices_the_nodes_idle_while_a_job_waits():
@@ -334,9 +338,6 @@ def test_stranding_reward_prices_the_nodes_idle_while_a_job_waits():
             + 2.0 * s.total_reward)
     assert mixed.total_reward == pytest.approx(want)
     assert tiny("bsld", stranding=0.0).reward.name == "bsld"
-    jobs, cl = synthetic("gpu", 20)
-    with pytest.raises(ValueError, match="stranding weight must be >= 0"):
-        make_reward("bsld", jobs, cl, stranding=-1.0)
 
 
 def test_stranding_reward_reads_gpus_on_a_gpu_cluster():

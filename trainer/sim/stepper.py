@@ -75,7 +75,9 @@ __all__ = [
     "RewardSum",
     "Stepper",
     "StrandingReward",
+    "dominant_share",
     "make_reward",
+    "mean_inverse_run",
     "per_user_bsld",
     "take",
     "window",
@@ -318,6 +320,24 @@ class EffectivenessReward(Reward):
         return min(1.0, ideal / total) if total > 0 else 1.0
 
 
+def dominant_share(jobs: JobTable, cluster: Cluster) -> np.ndarray:
+    """Per job, its dominant share of the machine: of its CPUs or of its GPUs, the larger."""
+    share = jobs.total_cpus(cluster) / max(1, cluster.total_cpus)
+    if cluster.total_gpus:
+        share = np.maximum(share, jobs.total_gpus(cluster) / cluster.total_gpus)
+    return share
+
+
+def mean_inverse_run(jobs: JobTable, tau: float) -> float:
+    """``mean(1 / max(run, tau))`` over the jobs (0 without jobs).
+
+    What one second of an average job's wait costs under :class:`BsldReward`.
+    """
+    if not jobs.n:
+        return 0.0
+    return float((1.0 / np.maximum(jobs.run.astype(np.float64), tau)).mean())
+
+
 class BacklogReward(Reward):
     """Minus the work left waiting: each pending job weighs its area, not its count.
 
@@ -341,13 +361,9 @@ class BacklogReward(Reward):
 
     def __init__(self, jobs: JobTable, cluster: Cluster, tau: float = TAU) -> None:
         super().__init__(jobs, cluster, tau)
-        share = jobs.total_cpus(cluster) / max(1, cluster.total_cpus)
-        if cluster.total_gpus:
-            share = np.maximum(share, jobs.total_gpus(cluster) / cluster.total_gpus)
-        area = share * jobs.run.astype(np.float64)
+        area = dominant_share(jobs, cluster) * jobs.run.astype(np.float64)
         mean_area = float(area.mean()) if jobs.n else 0.0
-        inv = float((1.0 / np.maximum(jobs.run.astype(np.float64), self.tau)).mean()
-                    if jobs.n else 0.0)
+        inv = mean_inverse_run(jobs, self.tau)
         #: Per job, what one second of its wait costs.
         self.weight = area * (inv / mean_area) if mean_area > 0 else np.zeros(jobs.n)
 
@@ -383,12 +399,8 @@ class StrandingReward(Reward):
 
     def __init__(self, jobs: JobTable, cluster: Cluster, tau: float = TAU) -> None:
         super().__init__(jobs, cluster, tau)
-        share = jobs.total_cpus(cluster) / max(1, cluster.total_cpus)
-        if cluster.total_gpus:
-            share = np.maximum(share, jobs.total_gpus(cluster) / cluster.total_gpus)
-        mean_share = float(share.mean()) if jobs.n else 0.0
-        inv = float((1.0 / np.maximum(jobs.run.astype(np.float64), self.tau)).mean()
-                    if jobs.n else 0.0)
+        mean_share = float(dominant_share(jobs, cluster).mean()) if jobs.n else 0.0
+        inv = mean_inverse_run(jobs, self.tau)
         self.gpus = cluster.total_gpus > 0
         self.total = float(cluster.total_gpus if self.gpus else cluster.num_nodes)
         #: What one second of a wholly idle machine costs while jobs wait.
