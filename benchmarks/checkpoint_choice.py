@@ -14,7 +14,8 @@ per run:
   which of Slurm's bounds it kept there, as the run read them) beside its test figures
   and the issue-5 lines it passes on the test period (``evaluate``'s own reading: bsld
   30% below Slurm's, below the best heuristic replayed, p99 wait at most 10% above
-  Slurm's, utilisation not lower);
+  Slurm's, utilisation not lower), with the share of the machine idle while jobs waited
+  on the test period (``evaluate``'s "idle while jobs waited");
 - the rank correlation (Spearman) of the checkpoints' validation bsld with their test
   bsld: near +1, the validation window orders them as the test does; near 0 or below,
   the choice among them is luck;
@@ -242,11 +243,16 @@ def _kept_against(f: Mapping[str, float], slurm: Mapping[str, float]) -> dict[st
 
 
 def _figures(m: Mapping[str, Any]) -> dict[str, float]:
-    """A policy's replay figures under the keys RL validation uses."""
-    from trainer.evaluate import _util
+    """A policy's replay figures under the keys RL validation uses.
 
+    With them, the share of the machine idle while jobs waited (``idle_waiting``:
+    ``evaluate``'s reading beside the utilisation line; NaN when the replay has none).
+    """
+    from trainer.evaluate import _util, _util_reading
+
+    idle = _util_reading(m, "idle_waiting")
     return {"bsld_mean": float(m["bsld"]["mean"]), "wait_p99": float(m["wait_s"]["p99"]),
-            "util": _util(m)}
+            "util": _util(m), "idle_waiting": math.nan if idle is None else idle}
 
 
 def choices(run: Run) -> dict[str, Point | None]:
@@ -302,6 +308,12 @@ def _mark(ok: float | bool | None) -> str:
     return "-" if ok is None else ("yes" if ok else "no")
 
 
+def _idle(f: Mapping[str, float]) -> str:
+    """The share idle while jobs waited, for a table ('-' when the figures have none)."""
+    v = f.get("idle_waiting", math.nan)
+    return "-" if math.isnan(v) else f"{v:.3f}"
+
+
 def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
     """Print one run's tables; return its summary."""
     heur = [n for n in test["baselines"] if n != "slurm"]
@@ -313,7 +325,8 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
           + (f", express lane {test['guard']['express_limit'] / 60:g} min"
              if test["guard"].get("express_limit") else ""))
     base_rows = [[n, "", "", "", "", f"{f['bsld_mean']:.1f}", f"{f['wait_p99']:,.0f}",
-                  f"{f['util']:.4f}", "", "", "", ""] for n, f in test["baselines"].items()]
+                  f"{f['util']:.4f}", _idle(f), "", "", "", ""]
+                 for n, f in test["baselines"].items()]
     if run.slurm_val:
         sv = run.slurm_val
         base_rows[0][1:4] = [f"{sv['bsld_mean']:.1f}", f"{sv['wait_p99']:,.0f}",
@@ -327,9 +340,10 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
                      f"{p.val.get('util', math.nan):.4f}",
                      kept if any(f"{k}_ok" in p.val for k in ("p99", "bsld", "util")) else "-",
                      f"{p.test['bsld_mean']:.1f}", f"{p.test['wait_p99']:,.0f}",
-                     f"{p.test['util']:.4f}", *(_mark(p.lines.get(k)) for k in LINES)])
+                     f"{p.test['util']:.4f}", _idle(p.test),
+                     *(_mark(p.lines.get(k)) for k in LINES)])
     table(["checkpoint", "val bsld", "val p99 (s)", "val util", "val kept", "test bsld",
-           "test p99 (s)", "test util", *LINES.values()], rows + base_rows)
+           "test p99 (s)", "test util", "idle waiting", *LINES.values()], rows + base_rows)
     print("(* the run's choice; 'val kept': p = p99, b = bsld, u = utilisation bound of"
           f" Slurm's kept on validation; lines against Slurm and the best of"
           f" {', '.join(heur) or 'no heuristic'})")

@@ -145,6 +145,10 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
     assert s["points"][2]["test"]["bsld_mean"] == pytest.approx(
         float(ev.metrics["net"]["bsld"]["mean"]))
     assert s["slurm_test"]["bsld_mean"] == pytest.approx(float(ev.metrics["slurm"]["bsld"]["mean"]))
+    # and its share idle while jobs waited, evaluate's reading beside the utilisation line
+    assert s["points"][2]["test"]["idle_waiting"] == pytest.approx(
+        float(ev.metrics["net"]["utilisation"]["idle_waiting"]["nodes"]))
+    assert "idle waiting" in text
     lowest = min(s["points"], key=lambda p: (p["test"]["bsld_mean"], p["update"]))
     assert s["choices"]["lowest test bsld (hindsight)"] == lowest["update"]
     passing = [p["update"] for p in s["points"] if all(v is not False for v in p["lines"].values())]
