@@ -790,7 +790,7 @@ _UTIL_READINGS = (("own_work", "own work"), ("to_last_arrival", "to the last arr
 
 
 def _util_reading(m: Mapping[str, Any], key: str) -> float | None:
-    """Another reading of the utilisation (``own_work``, ``to_last_arrival``), if any."""
+    """Another reading of the utilisation (a key of :data:`_UTIL_READINGS`), if any."""
     u = m["utilisation"].get(key)
     return None if u is None else _gpus_else_nodes(u)
 

@@ -409,7 +409,7 @@ class StrandingReward(Reward):
     def idle(self, st: Stepper) -> float:
         """The machine's free share now (GPUs, else nodes)."""
         used = st.state.used_g if self.gpus else st.state.busy_nodes
-        return max(0.0, 1.0 - used / self.total) if self.total else 0.0
+        return max(0.0, 1.0 - used / self.total)
 
     def interval(self, st: Stepper, dt: int) -> float:
         """Minus ``dt`` times ``k`` times the idle share, while some job waits."""
@@ -473,15 +473,12 @@ def make_reward(name: str, jobs: JobTable, cluster: Cluster, tau: float = TAU, *
         factory = REWARDS[name]
     except KeyError:
         raise KeyError(f"unknown reward {name!r}: {sorted(REWARDS)}") from None
-    for what, w in (("backlog", backlog), ("stranding", stranding)):
+    terms = ((backlog, BacklogReward), (stranding, StrandingReward))
+    for w, term in terms:
         if w < 0:
-            raise ValueError(f"{what} weight must be >= 0, got {w:g}")
+            raise ValueError(f"{term.name} weight must be >= 0, got {w:g}")
     base = factory(jobs, cluster, tau)
-    parts: list[tuple[float, Reward]] = [(1.0, base)]
-    if backlog:
-        parts.append((backlog, BacklogReward(jobs, cluster, tau)))
-    if stranding:
-        parts.append((stranding, StrandingReward(jobs, cluster, tau)))
+    parts = [(1.0, base)] + [(w, term(jobs, cluster, tau)) for w, term in terms if w]
     return base if len(parts) == 1 else RewardSum(parts)
 
 
