@@ -78,6 +78,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_plugin.output import table  # noqa: E402
+from trainer.sim.slurm import BF_PLANS  # noqa: E402
 
 #: The run's own ``train`` settings the test replay takes (as the run validated).
 GUARD_KEYS = ("starvation_limit", "starvation_order", "express_limit", "score_resolution",
@@ -172,8 +173,13 @@ def read_run(path: Path) -> Run:
                dict(curves.get("slurm_val") or {}))
 
 
-def replay_test(run: Run, heuristics: Sequence[str], trace: str | None) -> dict[str, Any]:
-    """Replay every checkpoint of ``run`` on its test period; fill in its points."""
+def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
+                bf_plan: str | None = None) -> dict[str, Any]:
+    """Replay every checkpoint of ``run`` on its test period; fill in its points.
+
+    ``bf_plan``: the replay's backfill plan (``SchedulerOptions.bf_plan``; ``None``: the
+    default, EASY, as ``train rl`` validated).
+    """
     from trainer.cli import _prepare, resolve
     from trainer.evaluate import EvalConfig, check_targets, evaluate
 
@@ -184,7 +190,8 @@ def replay_test(run: Run, heuristics: Sequence[str], trace: str | None) -> dict[
         raise SystemExit(f"{cmd['trace']}: the run's trace is not there; give --trace FILE")
     # (the run's seed is RL's; the replay takes evaluate's default, as the CLI does)
     sim = resolve(**{**{k: v for k, v in cmd.items() if k not in _NOT_SIM},
-                     "speed_model": run.train.get("speed_model", "none")})
+                     "speed_model": run.train.get("speed_model", "none"),
+                     "bf_plan": bf_plan})
     prep = _prepare(sim)
     guard = {k: run.train[k] for k in GUARD_KEYS if k in run.train}
     cfg = EvalConfig(baselines=("slurm", *heuristics), resamples=0, windows=1,
@@ -382,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="baselines replayed behind the same guard, comma-separated")
     ap.add_argument("--trace", default=None, help="the trace, if it moved since training")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument("--bf-plan", choices=BF_PLANS, default=None,
+                    help="the test replays' backfill: easy (default, as training"
+                         " validated) or conservative (as Slurm plans; whole nodes only)")
     ap.add_argument("--val-windows", type=int, default=0, metavar="K",
                     help="also replay every checkpoint on K validation windows (the"
                          " validation period and the K-1 before it, as the demo's select"
@@ -393,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, run in enumerate(runs):
         print(f"replaying {len(run.points)} checkpoints of {run.path}"
               f" ({i + 1}/{len(runs)})...", file=sys.stderr)
-        test = replay_test(run, heuristics, args.trace)
+        test = replay_test(run, heuristics, args.trace, args.bf_plan)
         if args.val_windows > 0:
             print(f"  and on {args.val_windows} validation windows...", file=sys.stderr)
             test["slurm_windows"] = replay_windows(run, test, args.val_windows)

@@ -25,6 +25,7 @@ from . import numerics
 from .sim.limits import MISSING_LIMITS
 from .sim.placement import PLACEMENTS
 from .sim.policies import BASELINES
+from .sim.slurm import BF_PLANS
 from .sim.speed import SPEED_MODELS
 
 __all__ = ["SimulateConfig", "build_sim", "compare", "load_input", "replay_baseline",
@@ -64,6 +65,9 @@ class SimulateConfig:
         bf_resolution: Backfill time resolution, s (default: config, else 60).
         bf_window: Backfill planning window in minutes (default: config, else 1440).
         bf_max_job_test: Jobs tested per backfill pass (default: config, else 500).
+        bf_plan: Which blocked jobs backfill protects (``SchedulerOptions.bf_plan``):
+            ``easy`` (the first of each partition; default) or ``conservative`` (every
+            job it tests, as Slurm's backfill plans; whole-node histories only).
         placement: Node selection (``trainer.sim.placement.PLACEMENTS``: ``tree``,
             topology/tree best fit; ``linear``; ``pack``; ``gandiva``; ``random``) of the
             baselines that do not name their own (``gandiva``, ``sched2-pack`` do).
@@ -93,6 +97,7 @@ class SimulateConfig:
     bf_resolution: int | None = None
     bf_window: int | None = None
     bf_max_job_test: int | None = None
+    bf_plan: str | None = None
     placement: str = "tree"
     speed_model: str = "none"
     seed: int = 0
@@ -154,6 +159,11 @@ def _input_options(fn: F) -> F:
                      help="Backfill window in minutes (default: config, else 1440)."),
         click.option("--bf-max-job-test", type=click.IntRange(min=1),
                      help="Pending jobs tested per backfill pass (default: config, else 500)."),
+        click.option("--bf-plan", type=click.Choice(list(BF_PLANS)),
+                     help="Which jobs backfill protects: easy (the first blocked job of"
+                          " each partition, default) or conservative (every job it tests"
+                          " that cannot start, as Slurm's sched/backfill plans; whole-node"
+                          " histories only)."),
         click.option("--placement", type=click.Choice(list(PLACEMENTS)),
                      help="Node selection of baselines that name none: topology/tree best"
                           " fit (default), linear, pack, gandiva or random."),
@@ -264,7 +274,8 @@ def _prepare(cfg: SimulateConfig) -> _Prepared:
     inp, opts, prio = load_input(cfg)
     over: dict[str, Any] = {k: v for k, v in (("bf_interval", cfg.bf_interval),
                               ("bf_resolution", cfg.bf_resolution),
-                              ("bf_max_job_test", cfg.bf_max_job_test)) if v is not None}
+                              ("bf_max_job_test", cfg.bf_max_job_test),
+                              ("bf_plan", cfg.bf_plan)) if v is not None}
     if cfg.bf_window is not None:
         over["bf_window"] = cfg.bf_window * 60
     opts = replace(opts, placement=cfg.placement, **over)
@@ -273,6 +284,13 @@ def _prepare(cfg: SimulateConfig) -> _Prepared:
     if jobs.n == 0:
         raise click.ClickException(f"{inp.source}: no job to replay"
                                    f" (skipped: {dict(jobs.skipped) or 'none'})")
+    if opts.bf_plan == "conservative":
+        from .sim.engine import conservative_unfit
+
+        why = conservative_unfit(jobs, cluster)
+        if why:
+            raise click.ClickException(f"--bf-plan conservative: {why};"
+                                       " use --bf-plan easy (the default)")
     return _Prepared(cfg, inp.source, dict(inp.rejected), cluster, jobs, opts, prio,
                      cfg.config)
 

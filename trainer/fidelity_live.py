@@ -23,8 +23,9 @@ Slurm reacts to events within about a second (the test cluster's
 ``sched_interval=1,bf_interval=1``; a job's start, its end and the release of its
 nodes each take some tenths of a second), ``sacct`` times are whole seconds, and
 Slurm's backfill reserves resources for every job it tests that cannot start
-(``bf_max_job_test`` of them) where the replay reserves only for the first blocked job
-of each partition (EASY).
+(``bf_max_job_test`` of them) where the replay, by default, reserves only for the first
+blocked job of each partition (EASY; ``SchedulerOptions.bf_plan="conservative"`` plans
+as Slurm does, for whole-node jobs).
 
 Only for a cluster where every job may be cancelled (the test cluster): the caller
 checks that. This module never cancels jobs other than those it submitted.

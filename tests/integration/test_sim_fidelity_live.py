@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from slurm_plugin.slurm.cli_backend import CliSlurmClient
@@ -39,7 +41,10 @@ def test_replay_starts_jobs_when_slurm_did(slurm: CliSlurmClient):
     The checks leave margin over all of them: median <= 3 s, >= 70 % within 5 s,
     >= 80 % within 10 s, >= 93 % of pairs in order; every job must have completed. A
     mistake in what the replay is given (units of the time limits, priority weights,
-    the cluster's size) moves starts by tens of seconds and breaks these.
+    the cluster's size) moves starts by tens of seconds and breaks these. The same run
+    replayed with conservative backfill (``bf_plan``) is held to the same checks; on
+    its first run it came closer than EASY (mean |deviation| 2.6 s against 3.9, max 10
+    against 39).
     """
     spec, opts, prio, _ = live.cluster_setup(slurm)
     jobs = fidelity.synthetic_jobs(JOBS, seed=SEED, cluster_nodes=len(spec.nodes),
@@ -47,13 +52,16 @@ def test_replay_starts_jobs_when_slurm_did(slurm: CliSlurmClient):
     run = live.run_live(jobs, slurm, jobdir=JOBDIR, timeout=400)
     assert len(run.submitted) == JOBS
     assert set(run.states.values()) == {"COMPLETED"}, run.states
-    result = live.replay_live(run, spec, opts, prio)
-    d = fidelity.start_deviation(result, run.starts)
-    summary = d.to_dict()
-    print(f"start deviation: {summary}")
-    within = dict(d.within)
-    assert d.jobs == JOBS and d.missing == 0
-    assert d.median_abs <= 3, summary
-    assert within[5] >= 0.70, summary
-    assert within[10] >= 0.80, summary
-    assert d.order_pairs >= 0.93, summary
+    # the same run replayed with conservative backfill (SchedulerOptions.bf_plan), which
+    # plans as Slurm does: held to the same tolerances
+    for o in (opts, dataclasses.replace(opts, bf_plan="conservative")):
+        result = live.replay_live(run, spec, o, prio)
+        d = fidelity.start_deviation(result, run.starts)
+        summary = d.to_dict()
+        print(f"start deviation ({o.bf_plan}): {summary}")
+        within = dict(d.within)
+        assert d.jobs == JOBS and d.missing == 0
+        assert d.median_abs <= 3, summary
+        assert within[5] >= 0.70, summary
+        assert within[10] >= 0.80, summary
+        assert d.order_pairs >= 0.93, summary

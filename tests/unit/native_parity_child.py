@@ -95,6 +95,10 @@ def main() -> None:
             o = dataclasses.replace(opts, bf_interval=bf, bf_max_job_test=200)
             cases[f"hpc/bf{bf}/{name}"] = replay(jobs, cl, name, o, "none", True)
     cases["hpc/arrays/slurm"] = replay(jobs, cl, "slurm", opts, "none", False)
+    cons = dataclasses.replace(opts, bf_interval=30, bf_plan="conservative")
+    for name in ("slurm", "sjf"):  # conservative backfill, on the leaf counts and arrays
+        cases[f"hpc/conservative/{name}"] = replay(jobs, cl, name, cons, "none", True)
+    cases["hpc/conservative/arrays/slurm"] = replay(jobs, cl, "slurm", cons, "none", False)
     trace = os.environ.get("PARITY_TRACE")
     if trace:
         from db.ingest import traces

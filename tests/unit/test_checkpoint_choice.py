@@ -174,3 +174,19 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
         assert s["slurm_windows"][k]["bsld_mean"] == pytest.approx(
             float(ev.metrics["slurm"]["bsld"]["mean"]))
         assert set(s["points"][2]["windows"][k]) >= {"p99_ok", "bsld_ok", "util_ok"}
+    # --bf-plan conservative: the test replays plan backfill as Slurm does, as evaluate's
+    cons_json = tmp_path / "choice-conservative.json"
+    assert cc.main([str(run), "--heuristics", "spf", "--json", str(cons_json),
+                    "--bf-plan", "conservative"]) == 0
+    c = json.loads(cons_json.read_text())[0]
+    cons = _prepare(resolve(trace=str(LUBLIN), limit=400, bf_plan="conservative"))
+    assert cons.options.bf_plan == "conservative"
+    ev = evaluate(cons.jobs, cons.cluster, {"net": str(last)},
+                  EvalConfig(baselines=("slurm", "spf"), resamples=0, windows=1,
+                             guard_heuristics=True, starvation_limit=86400,
+                             starvation_order="policy"),
+                  options=cons.options, priority=cons.priority)
+    assert c["points"][2]["test"]["bsld_mean"] == pytest.approx(
+        float(ev.metrics["net"]["bsld"]["mean"]))
+    assert c["slurm_test"]["bsld_mean"] == pytest.approx(float(ev.metrics["slurm"]["bsld"]["mean"]))
+    assert c["slurm_test"] != s["slurm_test"]  # the plan changed Slurm's own replay

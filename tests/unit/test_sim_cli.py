@@ -65,6 +65,31 @@ def test_simulate_json_with_slurm_config(tmp_path):
 
 
 @needs_trace
+def test_simulate_with_conservative_backfill(tmp_path):
+    out = {}
+    for plan in ("easy", "conservative"):
+        res = _run("simulate", "--trace", str(LUBLIN), "--limit", "2000", "--json",
+                   "--bf-plan", plan, "--out", str(tmp_path / plan))
+        out[plan] = json.loads(res.stdout)
+        cfg = json.loads((tmp_path / plan / "config.json").read_text())
+        assert cfg["scheduler"]["bf_plan"] == plan
+    easy, cons = out["easy"]["sim"], out["conservative"]["sim"]
+    assert cons["backfill_incremental"] == 0  # every pass plans afresh, as Slurm's
+    assert cons["reservations"] > 5 * easy["reservations"]  # every blocked job, not the first
+    assert out["easy"]["wait_s"] != out["conservative"]["wait_s"]
+
+
+def test_conservative_backfill_on_shared_nodes_is_a_clean_error():
+    philly = TRACES / "philly.csv"
+    if not philly.is_file():
+        pytest.skip(f"{philly} not found (the shared traces folder is absent)")
+    res = CliRunner().invoke(cli.main, ["simulate", "--trace", str(philly), "--limit", "100",
+                                        "--bf-plan", "conservative"])
+    assert res.exit_code != 0 and not isinstance(res.exception, ValueError)
+    assert "jobs sharing nodes; use --bf-plan easy" in res.output
+
+
+@needs_trace
 def test_compare_runs_every_baseline(tmp_path):
     out = tmp_path / "cmp"
     res = _run("compare", "--trace", str(LUBLIN), "--limit", "2000", "--out", str(out))

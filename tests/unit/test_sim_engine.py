@@ -482,3 +482,98 @@ def test_score_context_has_every_field():
     assert type(ctx) is ScoreContext and len(ctx) == len(ScoreContext._fields)
     assert ctx == ScoreContext(123, sim.cluster, sim.state, sim.usage, sim.rng, sim.speed)
     assert ctx.now == 123 and ctx.speed is sim.speed
+
+
+# ---------------------------------------------------------------------------- conservative
+CONSERVATIVE = SchedulerOptions(bf_interval=0, bf_resolution=1, bf_plan="conservative")
+
+
+def test_conservative_backfill_protects_every_blocked_job_not_only_the_first():
+    # 4 nodes. Job 2 (2 nodes) waits for job 1 and is reserved at 100 by both plans.
+    # Job 4 (1 node, 250 s) fits now and leaves job 2 what it needs at 100, so EASY
+    # starts it, and job 3 (the whole machine) waits for it until 253. Conservative
+    # backfill has reserved job 3 at 200 (after job 2) and starts job 4 after job 3.
+    recs = [job(1, 0, 100, 3), job(2, 1, 100, 2), job(3, 2, 100, 4), job(4, 3, 250, 1)]
+    easy = run(spec(4), recs)
+    assert starts(easy) == {1: 0, 2: 100, 3: 253, 4: 3}
+    cons = run(spec(4), recs, options=CONSERVATIVE)
+    assert starts(cons) == {1: 0, 2: 100, 3: 200, 4: 300}
+    assert cons.stats["reservations"] >= 3  # 2, 3 and 4 each got one at 3 s
+    _check_capacity(cons, 1)
+
+
+def test_conservative_backfill_still_fills_holes_that_delay_nobody():
+    # job 3 (1 node, 90 s) ends before job 2's reservation at 100: started now
+    recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 90, 1), job(4, 3, 300, 2)]
+    r = run(spec(4), recs, options=CONSERVATIVE)
+    assert starts(r) == {1: 0, 2: 100, 3: 2, 4: 110}
+    assert r.backfilled.tolist() == [False, False, True, False]
+
+
+def test_conservative_backfill_plans_a_job_past_its_limit_as_ending_next():
+    # job 1 runs past its 50 s limit: the plan frees its nodes from the next second on,
+    # never now. Job 2 (the whole machine) is then reserved, and job 3 (1 node, 500 s)
+    # may not take the idle node; counted free now, job 2 would have been planned on
+    # nodes still busy, failed to start, and waited for job 3 until 561.
+    recs = [job(1, 0, 100, 4, limit=50), job(2, 60, 10, 5), job(3, 61, 500, 1)]
+    r = run(spec(5), recs, options=CONSERVATIVE)
+    assert starts(r) == {1: 0, 2: 100, 3: 110}
+    _check_capacity(r, 1)
+
+
+def _conservative_reference(recs: list[JobRecord], nodes: int) -> dict[int, int]:
+    """Conservative backfilling by hand: each job, in arrival order, takes the earliest
+    span of its node count in a free-nodes profile holding every earlier job. With run
+    times equal to limits nothing ends early, so that first plan is the schedule."""
+    busy: list[tuple[int, int, int]] = []  # (start, end, nodes)
+
+    def free_over(s: int, e: int) -> int:
+        points = {s} | {b for b, _, _ in busy if s < b < e}
+        return min(nodes - sum(n for b, f, n in busy if b <= p < f) for p in points)
+
+    out = {}
+    for r in recs:
+        a = r.submit_time - T0
+        n = r.req.nodes
+        d = r.time_limit
+        for s in sorted({a} | {f for _, f, _ in busy if f > a}):
+            if free_over(s, s + d) >= n:
+                break
+        busy.append((s, s + d, n))
+        out[r.job_id] = s
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_conservative_backfill_matches_a_hand_plan_with_exact_limits(seed):
+    rng = np.random.default_rng(seed)
+    recs, t = [], 0
+    for i in range(120):
+        t += int(rng.integers(0, 30))
+        recs.append(job(i + 1, t, int(rng.integers(1, 300)), int(rng.choice([1, 1, 2, 3, 5, 8]))))
+    want = _conservative_reference(recs, 8)
+    cons = run(spec(8), recs, options=CONSERVATIVE)
+    assert starts(cons) == want
+    _check_capacity(cons, 1)
+    assert starts(run(spec(8), recs)) != want  # EASY plans otherwise on this workload
+
+
+def test_conservative_backfill_runs_on_the_leaf_counts_as_on_the_node_arrays():
+    recs = _random_records(300, 5, False)
+    cl = Cluster.from_spec(spec(12))
+    out = []
+    for fast in (True, False):
+        sim = Simulator(build_jobs(recs, cl), cl, make_policy("fifo"),
+                        SchedulerOptions(bf_plan="conservative"), EngineOptions(fast_path=fast))
+        assert sim.leafy is fast
+        out.append(sim.run())
+    assert np.array_equal(out[0].start, out[1].start)
+    assert out[0].stats["reservations"] == out[1].stats["reservations"] > 0
+
+
+def test_conservative_backfill_refuses_what_it_does_not_model():
+    with pytest.raises(ValueError, match="bf_plan must be one of easy, conservative"):
+        SchedulerOptions(bf_plan="lazy")
+    recs = [job(1, 0, 10, None, gpus=1), job(2, 1, 10, None, gpus=2)]
+    with pytest.raises(ValueError, match="jobs sharing nodes.*use bf_plan 'easy'"):
+        run(spec(2, gpus=8), recs, options=CONSERVATIVE)

@@ -50,6 +50,11 @@ Scheduling pass (at every event time where something changed)
        different partitions independently of each other. With only whole-node jobs
        running the shadow time comes from the running jobs kept sorted by expected
        end, not from a pass over the nodes.
+       With ``bf_plan="conservative"`` (whole-node jobs, partitions holding every node)
+       each pass instead plans every job of the window, as Slurm's ``sched/backfill``
+       does: each that cannot start now is reserved at its earliest start, in priority
+       order, and a later job starts now only if it delays none of them
+       (:meth:`Simulator._backfill_plan`). Every pass plans afresh.
     4. *Placement*: the policy's placement (Slurm's topology/tree best fit by default,
        :mod:`trainer.sim.placement`) on the nodes that can take the job. A job with a
        ``switches`` count waits for a placement within that many leaf switches for up
@@ -104,7 +109,8 @@ from .slurm import SchedulerOptions, decay_usage
 from .speed import NoSpeedModel, make_speed_model
 from .state import Cluster, JobTable, NodeState, build_jobs
 
-__all__ = ["EngineOptions", "Reservation", "SimResult", "Simulator", "simulate"]
+__all__ = ["EngineOptions", "Reservation", "SimResult", "Simulator", "conservative_unfit",
+           "simulate"]
 
 _INF = 2**62
 #: The (read-only) node list of a reservation by count.
@@ -281,6 +287,22 @@ def reserve_shared(state: NodeState, p: int, m: int, req: Request,
                        spare_m=fm - m)
 
 
+def conservative_unfit(jobs: JobTable, cluster: Cluster) -> str | None:
+    """Why conservative backfill (``bf_plan``) cannot replay ``jobs``, or ``None``.
+
+    Its plan counts free nodes (see :meth:`Simulator._backfill_plan`), which is exact only
+    when every job takes whole nodes and every partition holds every node.
+    """
+    if not bool(jobs.exclusive.all()):
+        what = "jobs sharing nodes"
+    elif not all(cluster.part_all):
+        what = "a partition holding only some nodes"
+    else:
+        return None
+    return ("conservative backfill is modelled for whole-node jobs on partitions that"
+            f" hold every node; this replay has {what}")
+
+
 @dataclass(eq=False)
 class SimResult:
     """What a replay produced.
@@ -368,10 +390,15 @@ class Simulator:
         self._bf_res = int(self.opt.bf_resolution)
         self._bf_window = int(self.opt.bf_window)
         self._bf_interval = int(self.opt.bf_interval)
+        self._bf_plan = self.opt.bf_plan == "conservative"
         self._dynamic = bool(policy.dynamic)
         self._calc = max(1, int(policy.rescore_period or self.opt.priority_calc_period))
         self.state = NodeState(cluster)
         self.state.whole_only = bool(jobs.exclusive.all())
+        if self._bf_plan and self._backfill:
+            why = conservative_unfit(jobs, cluster)
+            if why:
+                raise ValueError(f"{why}: use bf_plan 'easy'")
         self.rng = np.random.default_rng(self.eng.seed)
         self.speed = make_speed_model(self.eng.speed_model)
         self._fast_speed = isinstance(self.speed, NoSpeedModel)
@@ -1528,6 +1555,84 @@ class Simulator:
             return shadow, idle + acc
         return whole_shadow(self.state, p, n, t)
 
+    def _backfill_plan(self, t: int) -> None:
+        """Conservative backfill: every job of the window that cannot start is reserved.
+
+        The plan is a profile of free nodes over time (``times[i]``: where segment ``i``
+        begins, ``free[i]``: nodes free in it; the last runs on), built from the running
+        jobs' expected ends. The window's jobs, in priority order, each take the earliest
+        start where their node count stays free for their time limit (its end rounded up
+        to ``bf_resolution``): now, and the job starts; within ``bf_window``, and that
+        span is reserved (taken from the profile); later, and the job is left unplanned.
+        So a job starts now only if it delays no job ahead of it in the window.
+
+        Node counts are exact here: every job takes whole nodes of one pool (every
+        partition holds every node, see ``__init__``) and only the running jobs hold
+        particular nodes, each until its end, so reserved spans taken in order of start
+        always find the nodes their counts promise.
+        """
+        self._n_bf_full += 1
+        self._compact()
+        lo = self._qlo
+        m = min(self._qhi - lo, self._bf_max)
+        if m == 0:
+            return
+        times: list[int] = [t]
+        free: list[int] = [int(self.st.idle_count[0])]
+        nodes = self._nodes
+        for e, k in self._ends:  # (sorted by expected end)
+            if e <= t:  # past its limit, still running: it frees its nodes from t + 1
+                e = t + 1
+            if e != times[-1]:
+                times.append(e)
+                free.append(free[-1])
+            free[-1] += nodes[k]
+        window = t + self._bf_window
+        mj = self._mj
+        queue = [int(mj[k]) for k in range(lo, lo + m)]
+        for j in queue:
+            n = nodes[j]
+            span = self._limit[j]
+            nseg = len(times)
+            i = 0
+            found = -1
+            while i < nseg:
+                if free[i] < n:
+                    i += 1
+                    continue
+                end = self._res_round(times[i] + span)
+                k = i + 1
+                while k < nseg and times[k] < end and free[k] >= n:
+                    k += 1
+                if k < nseg and times[k] < end:  # segment k is short: start after it
+                    i = k + 1
+                    continue
+                found = i
+                break
+            if found < 0:
+                continue
+            s = times[found]
+            if s > window:
+                continue
+            if s == t:
+                res = self._try(j, t, ())
+                if res is None:  # (a --switches wait): neither started nor reserved
+                    continue
+                self._start(j, res[0], res[1], t, True)
+            else:
+                self._planned(j, s)
+            end = self._res_round(s + span)
+            k = bisect.bisect_left(times, end)
+            if k == len(times) or times[k] != end:
+                times.insert(k, end)
+                free.insert(k, free[k - 1])
+            for i in range(found, k):
+                free[i] -= n
+
+    def _planned(self, j: int, s: int) -> None:
+        """Conservative backfill reserved job ``j`` from ``s`` (counted; tests record it)."""
+        self._n_resv += 1
+
     def _schedule(self, t: int) -> None:
         self._n_passes += 1
         if self._dynamic and t >= self.next_recalc:
@@ -1542,7 +1647,9 @@ class Simulator:
                 self.bf_new.clear()
                 self.resv_valid = False
             elif self._bf_interval == 0 or t >= self.next_bf:
-                if self.bf_full or not self.resv_valid:
+                if self._bf_plan:  # Slurm's plan is made afresh on every pass
+                    self._backfill_plan(t)
+                elif self.bf_full or not self.resv_valid:
                     self._backfill_full(t)
                 else:
                     self._backfill_new(t)

@@ -50,6 +50,7 @@ from slurm_plugin.slurm.parse import parse_config
 from slurm_plugin.slurm.types import SchedulerConfig
 
 __all__ = [
+    "BF_PLANS",
     "PrioritySettings",
     "SchedulerOptions",
     "decay_usage",
@@ -59,6 +60,10 @@ __all__ = [
     "read_config",
     "static_priority",
 ]
+
+
+#: The backfill plans of :attr:`SchedulerOptions.bf_plan`.
+BF_PLANS = ("easy", "conservative")
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,13 @@ class SchedulerOptions:
             :data:`~trainer.sim.placement.PLACEMENTS` (``"tree"``: topology/tree best
             fit, ``"linear"``: best fit ignoring switches, ``"pack"``, ``"gandiva"``,
             ``"random"``), for baselines that name none.
+        bf_plan: How the backfill pass protects the jobs it cannot start (see
+            :data:`BF_PLANS`): ``"easy"`` reserves for the first blocked job of each
+            partition only (EASY); ``"conservative"`` gives every job it tests that
+            cannot start now a reservation (within ``bf_window``), in priority order, as
+            Slurm's ``sched/backfill`` plans, so a later job starts now only if it delays
+            none of them. ``"conservative"`` needs whole-node jobs on partitions that hold
+            every node (the replay says so otherwise).
     """
 
     backfill: bool = True
@@ -96,8 +108,12 @@ class SchedulerOptions:
     max_switch_wait: int = 300
     priority_calc_period: int = 300
     placement: str = "tree"
+    bf_plan: str = "easy"
 
     def __post_init__(self) -> None:
+        if self.bf_plan not in BF_PLANS:
+            raise ValueError(f"bf_plan must be one of {', '.join(BF_PLANS)},"
+                             f" got {self.bf_plan!r}")
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, int) and not isinstance(v, bool) and v < 0:
