@@ -136,12 +136,16 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
         assert p["val"]["bsld_mean"] == pytest.approx(v["bsld_mean"])
     # each checkpoint's test figures are rlsched evaluate's for it, behind the same guard
     last = run / "checkpoints" / "update-00002.pt"
+
+    def test_period(prep):  # the last checkpoint on the test period, behind the run's guard
+        return evaluate(prep.jobs, prep.cluster, {"net": str(last)},
+                        EvalConfig(baselines=("slurm", "spf"), resamples=0, windows=1,
+                                   guard_heuristics=True, starvation_limit=86400,
+                                   starvation_order="policy"),
+                        options=prep.options, priority=prep.priority)
+
     prep = _prepare(resolve(trace=str(LUBLIN), limit=400))
-    ev = evaluate(prep.jobs, prep.cluster, {"net": str(last)},
-                  EvalConfig(baselines=("slurm", "spf"), resamples=0, windows=1,
-                             guard_heuristics=True, starvation_limit=86400,
-                             starvation_order="policy"),
-                  options=prep.options, priority=prep.priority)
+    ev = test_period(prep)
     assert s["points"][2]["test"]["bsld_mean"] == pytest.approx(
         float(ev.metrics["net"]["bsld"]["mean"]))
     assert s["slurm_test"]["bsld_mean"] == pytest.approx(float(ev.metrics["slurm"]["bsld"]["mean"]))
@@ -181,11 +185,7 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
     c = json.loads(cons_json.read_text())[0]
     cons = _prepare(resolve(trace=str(LUBLIN), limit=400, bf_plan="conservative"))
     assert cons.options.bf_plan == "conservative"
-    ev = evaluate(cons.jobs, cons.cluster, {"net": str(last)},
-                  EvalConfig(baselines=("slurm", "spf"), resamples=0, windows=1,
-                             guard_heuristics=True, starvation_limit=86400,
-                             starvation_order="policy"),
-                  options=cons.options, priority=cons.priority)
+    ev = test_period(cons)
     assert c["points"][2]["test"]["bsld_mean"] == pytest.approx(
         float(ev.metrics["net"]["bsld"]["mean"]))
     assert c["slurm_test"]["bsld_mean"] == pytest.approx(float(ev.metrics["slurm"]["bsld"]["mean"]))
