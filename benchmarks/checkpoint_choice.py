@@ -173,25 +173,36 @@ def read_run(path: Path) -> Run:
                dict(curves.get("slurm_val") or {}))
 
 
+def sim_config(run: Run, trace: str | None = None, bf_plan: str | None = None) -> Any:
+    """The replays' input settings (``trainer.cli.SimulateConfig``): the run's own history.
+
+    ``trace``: where the run's trace is now (``None``: where it was). ``bf_plan``: the
+    replays' backfill plan (``SchedulerOptions.bf_plan``; ``None``: the run's own,
+    ``train rl --bf-plan``, as it validated).
+    """
+    from trainer.cli import resolve
+
+    cmd = {k: v for k, v in run.command.items() if k not in _NOT_SIM}
+    if trace is not None:
+        cmd["trace"] = trace
+    if bf_plan is not None:
+        cmd["bf_plan"] = bf_plan
+    if cmd.get("trace") and not Path(cmd["trace"]).is_file():
+        raise SystemExit(f"{cmd['trace']}: the run's trace is not there; give --trace FILE")
+    # (the run's seed is RL's; the replay takes evaluate's default, as the CLI does)
+    return resolve(**cmd, speed_model=run.train.get("speed_model", "none"))
+
+
 def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
                 bf_plan: str | None = None) -> dict[str, Any]:
     """Replay every checkpoint of ``run`` on its test period; fill in its points.
 
-    ``bf_plan``: the replay's backfill plan (``SchedulerOptions.bf_plan``; ``None``: the
-    default, EASY, as ``train rl`` validated).
+    ``trace``, ``bf_plan``: as :func:`sim_config` reads them.
     """
-    from trainer.cli import _prepare, resolve
+    from trainer.cli import _prepare
     from trainer.evaluate import EvalConfig, check_targets, evaluate
 
-    cmd = dict(run.command)
-    if trace is not None:
-        cmd["trace"] = trace
-    if cmd.get("trace") and not Path(cmd["trace"]).is_file():
-        raise SystemExit(f"{cmd['trace']}: the run's trace is not there; give --trace FILE")
-    # (the run's seed is RL's; the replay takes evaluate's default, as the CLI does)
-    sim = resolve(**{**{k: v for k, v in cmd.items() if k not in _NOT_SIM},
-                     "speed_model": run.train.get("speed_model", "none"),
-                     "bf_plan": bf_plan})
+    sim = sim_config(run, trace, bf_plan)
     prep = _prepare(sim)
     guard = {k: run.train[k] for k in GUARD_KEYS if k in run.train}
     cfg = EvalConfig(baselines=("slurm", *heuristics), resamples=0, windows=1,
@@ -390,8 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", default=None, help="the trace, if it moved since training")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
     ap.add_argument("--bf-plan", choices=BF_PLANS, default=None,
-                    help="the test replays' backfill: easy (default, as training"
-                         " validated) or conservative (as Slurm plans; whole nodes only)")
+                    help="the replays' backfill: easy or conservative (as Slurm plans;"
+                         " whole nodes only); default: the run's own, as it validated")
     ap.add_argument("--val-windows", type=int, default=0, metavar="K",
                     help="also replay every checkpoint on K validation windows (the"
                          " validation period and the K-1 before it, as the demo's select"

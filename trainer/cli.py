@@ -28,8 +28,8 @@ from .sim.policies import BASELINES
 from .sim.slurm import BF_PLANS
 from .sim.speed import SPEED_MODELS
 
-__all__ = ["SimulateConfig", "build_sim", "compare", "load_input", "replay_baseline",
-           "resolve", "run_baselines", "simulate"]
+__all__ = ["SimulateConfig", "build_sim", "check_bf_plan", "compare", "load_input",
+           "replay_baseline", "resolve", "run_baselines", "simulate"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -268,6 +268,23 @@ def load_input(src: Any) -> tuple[Any, Any, Any]:
     return inp, opts, prio
 
 
+def check_bf_plan(opts: Any, jobs: Any, cluster: Any) -> Any:
+    """``opts`` (``SchedulerOptions``) when its backfill plan can replay ``jobs``.
+
+    Raises:
+        click.ClickException: ``--bf-plan conservative`` on jobs it does not model (jobs
+            sharing nodes, partitions holding only some nodes), saying what to use.
+    """
+    if opts.bf_plan == "conservative":
+        from .sim.engine import conservative_unfit
+
+        why = conservative_unfit(jobs, cluster)
+        if why:
+            raise click.ClickException(f"--bf-plan conservative: {why};"
+                                       " use --bf-plan easy (the default)")
+    return opts
+
+
 def _prepare(cfg: SimulateConfig) -> _Prepared:
     from .sim.state import Cluster, build_jobs
 
@@ -284,13 +301,7 @@ def _prepare(cfg: SimulateConfig) -> _Prepared:
     if jobs.n == 0:
         raise click.ClickException(f"{inp.source}: no job to replay"
                                    f" (skipped: {dict(jobs.skipped) or 'none'})")
-    if opts.bf_plan == "conservative":
-        from .sim.engine import conservative_unfit
-
-        why = conservative_unfit(jobs, cluster)
-        if why:
-            raise click.ClickException(f"--bf-plan conservative: {why};"
-                                       " use --bf-plan easy (the default)")
+    opts = check_bf_plan(opts, jobs, cluster)
     return _Prepared(cfg, inp.source, dict(inp.rejected), cluster, jobs, opts, prio,
                      cfg.config)
 

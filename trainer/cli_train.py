@@ -41,7 +41,7 @@ import dataclasses
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -51,7 +51,8 @@ from slurm_plugin.helper.decide import STARVATION_ORDERS
 from slurm_plugin.when import parse_span
 
 from . import numerics
-from .cli import missing_limits_option
+from .cli import check_bf_plan, missing_limits_option
+from .sim.slurm import BF_PLANS
 
 if TYPE_CHECKING:
     from .rl import TrainConfig
@@ -88,6 +89,11 @@ class InputOptions:
             policy sees as limits).
         config: Saved ``scontrol show config``: the Slurm baseline's priority weights and
             scheduler parameters (Slurm's defaults without it).
+        bf_plan: The backfill of every replay (``SchedulerOptions.bf_plan``: the teacher's,
+            Slurm's for ``--warm-start`` and for the references, validation's): ``easy``
+            (default) or ``conservative`` (every blocked job reserved, as Slurm plans;
+            whole-node histories only). The RL environment's own decisions do not
+            change.
         out: Output folder.
         seed: Seed of everything random (weights, windows, actions, replays).
         progress: Progress bars (default: when stderr is a terminal).
@@ -106,6 +112,7 @@ class InputOptions:
     default_time_limit: int | None = None
     missing_limits: str = "run"
     config: str | None = None
+    bf_plan: str = "easy"
     out: str = "rlsched-train"
     seed: int = 0
     progress: bool | None = None
@@ -346,6 +353,10 @@ def _input_options(fn: F) -> F:
         missing_limits_option,
         click.option("--config", "config", type=click.Path(exists=True, dir_okay=False),
                      help="Saved 'scontrol show config': the Slurm baseline's settings."),
+        click.option("--bf-plan", type=click.Choice(list(BF_PLANS)),
+                     help="Backfill of every replay (teacher, warm start, validation,"
+                          " Slurm): easy (default) or conservative (every blocked job"
+                          " reserved, as Slurm plans; whole-node histories only)."),
         click.option("--out", type=click.Path(file_okay=False),
                      help="Output folder (default ./rlsched-train)."),
         click.option("--seed", type=int, help="Seed of everything random (default 0)."),
@@ -443,6 +454,7 @@ def _load(cmd: InputOptions) -> _Data:
     jobs = build_jobs(inp.records, cluster, default_time_limit=cmd.default_time_limit)
     if jobs.n == 0:
         raise click.ClickException(f"{inp.source}: no job to train on")
+    opts = check_bf_plan(replace(opts, bf_plan=cmd.bf_plan), jobs, cluster)
     return _Data(inp.records, inp.spec, cluster, jobs, opts, prio, inp.source,
                  dict(inp.rejected))
 

@@ -89,6 +89,27 @@ def test_the_window_rules_read_every_window():
     assert _geo([10.0, 1000.0]) == pytest.approx(100.0)
 
 
+def test_the_replays_read_the_runs_own_history_and_backfill_plan(tmp_path):
+    cc = _module()
+    trace = tmp_path / "t.swf"
+    trace.write_text("")
+
+    def run(**command):
+        return cc.Run(tmp_path, {"trace": str(trace), "limit": 400, "seed": 7, "out": "x",
+                                 **command}, {"speed_model": "locality"}, [], None, {})
+
+    sim = cc.sim_config(run(bf_plan="conservative"))
+    assert (sim.trace, sim.limit, sim.bf_plan) == (str(trace), 400, "conservative")
+    assert sim.speed_model == "locality" and sim.seed == 0  # RL's seed is not the replay's
+    assert cc.sim_config(run(bf_plan="conservative"), bf_plan="easy").bf_plan == "easy"
+    assert cc.sim_config(run()).bf_plan is None  # a run from before --bf-plan: the default
+    moved = tmp_path / "moved.swf"
+    moved.write_text("")
+    assert cc.sim_config(run(), trace=str(moved)).trace == str(moved)
+    with pytest.raises(SystemExit, match="give --trace FILE"):
+        cc.sim_config(run(), trace=str(tmp_path / "gone.swf"))
+
+
 def test_a_folder_that_is_no_run_says_what_to_give(tmp_path):
     cc = _module()
     with pytest.raises(SystemExit, match="no config.json; give the --out folder"):

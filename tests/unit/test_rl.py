@@ -868,6 +868,25 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     assert res.exit_code != 0 and "other settings" in res.output
 
 
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_rl_replays_with_the_backfill_plan_given(tmp_path):
+    out = tmp_path / "run"
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
+                  *_SMALL_RUN, "--budget", "1u", "--algo-opt", "episodes=2", "--val-deployed",
+                  "--bf-plan", "conservative")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    cfg = json.loads((out / "config.json").read_text())
+    # the teacher's, validation's and Slurm's replays all read these options
+    assert cfg["command"]["bf_plan"] == "conservative"
+    assert cfg["scheduler"]["bf_plan"] == "conservative"
+    philly = LUBLIN.with_name("philly.csv")
+    if philly.is_file():  # jobs sharing nodes: refused before any training, saying why
+        res = _invoke("train", "rl", "--trace", str(philly), "--limit", "300", "--out",
+                      str(tmp_path / "gpu"), "--budget", "1u", "--bf-plan", "conservative")
+        assert res.exit_code != 0 and "use --bf-plan easy" in res.output
+        assert not (tmp_path / "gpu" / "config.json").exists()
+
+
 def test_val_metric_offers_every_validation_metric():
     from trainer.cli_train import _VAL_METRIC
     from trainer.rl.config import VAL_METRICS
