@@ -1620,7 +1620,7 @@ class Simulator:
                     continue
                 self._start(j, res[0], res[1], t, True)
             else:
-                self._planned(j, s)
+                self._n_resv += 1
             end = self._res_round(s + span)
             k = bisect.bisect_left(times, end)
             if k == len(times) or times[k] != end:
@@ -1628,10 +1628,6 @@ class Simulator:
                 free.insert(k, free[k - 1])
             for i in range(found, k):
                 free[i] -= n
-
-    def _planned(self, j: int, s: int) -> None:
-        """Conservative backfill reserved job ``j`` from ``s`` (counted; tests record it)."""
-        self._n_resv += 1
 
     def _schedule(self, t: int) -> None:
         self._n_passes += 1
