@@ -403,7 +403,9 @@ def _rl_options(fn: F) -> F:
                                            " cluster (auto, ray://host:10001...);"
                                            " needs rlsched[dist]."),
         click.option("--resume", is_flag=True, default=None,
-                     help="Continue the run saved in --out exactly (state.pt)."),
+                     help="Continue the run saved in --out exactly (state.pt); only the"
+                          " budget, --workers, --ray-address and --keep-checkpoints may"
+                          " change, and the trace and input options must read the same jobs."),
         click.option("--algo-opt", "algo_opts", multiple=True, metavar="KEY=VALUE",
                      help="A setting of the algorithm's config, e.g. lr=1e-3 (repeatable)."),
     ]
@@ -632,6 +634,8 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                                  "val_jobs": spec.jobs.n - spec.train_rows,
                                  "val_window_jobs": spec.eval.episode_jobs,
                                  "test_jobs": data.jobs.n - spec.jobs.n}})
+    if cmd.resume:
+        resolved = _resumed_config(resolved, out / "config.json")
     _write_json(resolved, out / "config.json")
     trainer = Trainer(spec, cfg, acfg, init=None if cmd.resume else init, out=out,
                       meta=meta, options=data.options, priority=data.priority)
@@ -714,6 +718,57 @@ def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
     return (f"as the choice read them ({guard}, after {warm}):"
             f" update {int(best['update'])} {fig(point)}; Slurm {fig(slurm)}. The table"
             " below replays the window from an empty cluster without a guard")
+
+
+#: Sections of ``config.json`` that say which jobs, cluster and replay a run trains and
+#: validates on: a resume must find them as they were (``input.source`` aside: the same
+#: history may have moved).
+RESUME_SAME = ("input", "cluster", "scheduler", "priority", "env", "periods")
+
+
+def _resumed_config(now: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``now`` checked against the run's saved ``config.json``, for ``--resume``.
+
+    The training state holds the loop's and the algorithm's settings (the trainer refuses
+    other ones); this checks what the state does not hold: the jobs read (``--limit``,
+    ``--missing-limits``, the rejected and skipped rows), the cluster, the scheduler's and
+    the priority's options (``--bf-plan``, ...), the environments and the periods. A
+    setting the saved file predates takes the value given now. Sections of the saved file
+    that ``now`` lacks (the imitation's, when ``train all`` reuses its net) are kept. A
+    different machine or library (``numerics``) is allowed, with a warning: the run goes on,
+    but not necessarily as it would have there.
+
+    Raises:
+        click.ClickException: When a setting differs, naming each (nothing is written).
+    """
+    if not path.is_file():
+        return now
+    import json
+
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"{path}: unreadable ({exc}); start a new --out") from None
+    if not isinstance(saved, dict):
+        raise click.ClickException(f"{path}: not a run's configuration; start a new --out")
+    # (section.setting: a setting the saved file predates is not in it)
+    old = {f"{k}.{f}": v for k in RESUME_SAME if isinstance(saved.get(k), Mapping)
+           for f, v in saved[k].items()}
+    new = {f"{k}.{f}": v for k in RESUME_SAME for f, v in now.get(k, {}).items()}
+    old.pop("input.source", None)
+    diff = sorted(k for k in old if k in new and old[k] != new[k])
+    if diff:
+        shown = "; ".join(f"{k}: {old[k]!r} then, {new[k]!r} now" for k in diff[:6])
+        more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
+        raise click.ClickException(
+            f"{path.parent} was trained on other input ({shown}{more}); resume with the"
+            " same trace and input options, or start a new --out")
+    was, is_ = saved.get("numerics"), now.get("numerics")
+    if isinstance(was, Mapping) and isinstance(is_, Mapping) and dict(was) != dict(is_):
+        keys = ", ".join(sorted(k for k in set(was) | set(is_) if was.get(k) != is_.get(k)))
+        click.echo(f"warning: {path.parent} was trained on another machine or library"
+                   f" ({keys}); the resumed run may differ from one never stopped", err=True)
+    return {**{k: v for k, v in saved.items() if k not in now}, **now}
 
 
 def _resolved(cmd: InputOptions, data: _Data) -> dict[str, Any]:

@@ -858,6 +858,16 @@ def test_train_all_then_resume_on_a_trace(tmp_path):
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert "reusing" in res.output
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["imitate_from"] == "slurm" and cfg["imitation"]  # kept from the first run
+    assert cfg["train"]["budget_updates"] == 2
+    for other, named in ((("--limit", "300"), "input.jobs"),
+                         (("--bf-plan", "conservative"), "scheduler.bf_plan")):
+        res = _invoke("train", "rl", *common, "--budget", "3u", "--algo-opt", "episodes=2",
+                      "--resume", *other)
+        assert res.exit_code != 0 and "trained on other input" in res.output, res.output
+        assert named in res.output, res.output
+        assert json.loads((out / "config.json").read_text()) == cfg  # nothing written
     from slurm_plugin.model import PLACE_TRAINED
     from trainer.policy import load_checkpoint
 
@@ -1162,3 +1172,31 @@ def test_val_warmup_option_takes_a_number_eval_or_auto():
     for bad in ("-1", "1.5", "all", ""):
         with pytest.raises(ValueError, match="neither a number of jobs"):
             _warmup_jobs(bad)
+
+
+def test_a_resume_checks_the_saved_input_and_warns_of_another_machine(tmp_path, capsys):
+    import click
+
+    from trainer.cli_train import _resumed_config
+
+    path = tmp_path / "config.json"
+    saved = {"input": {"source": "/old/lublin.swf", "jobs": 400, "skipped": {}},
+             "scheduler": {"bf_plan": "easy"}, "imitate_from": "slurm",
+             "numerics": {"mode": "portable", "cpu_capability": "AVX512"}}
+    path.write_text(json.dumps(saved))
+    now = {"input": {"source": "/new/lublin.swf", "jobs": 400, "skipped": {}},
+           "scheduler": {"bf_plan": "easy", "added_later": 1},
+           "numerics": {"mode": "portable", "cpu_capability": "AVX512"}}
+    assert _resumed_config(now, path) == {**now, "imitate_from": "slurm"}  # moved file: ok
+    assert capsys.readouterr().err == ""
+    other = {**now, "numerics": {"mode": "portable", "cpu_capability": "AVX2"}}
+    assert _resumed_config(other, path)["numerics"]["cpu_capability"] == "AVX2"
+    assert "another machine or library (cpu_capability)" in capsys.readouterr().err
+    bad = {**now, "input": {**now["input"], "skipped": {"no limit": 3}}}
+    with pytest.raises(click.ClickException,
+                       match=r"input\.skipped: \{\} then, \{'no limit': 3\} now"):
+        _resumed_config(bad, path)
+    assert _resumed_config(now, tmp_path / "absent.json") is now
+    path.write_text("[1, 2]")
+    with pytest.raises(click.ClickException, match="not a run's configuration"):
+        _resumed_config(now, path)
