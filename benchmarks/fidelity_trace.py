@@ -2,6 +2,7 @@
 
     python benchmarks/fidelity_trace.py --trace ../shared/traces/theta.swf
     python benchmarks/fidelity_trace.py --trace ../shared/traces/theta.swf --config fifo-easy
+    python benchmarks/fidelity_trace.py --trace ../shared/traces/theta.swf --bf-plan both
     python benchmarks/fidelity_trace.py --trace ../shared/traces/lublin_256.swf  # no waits
 
 Each configuration (:data:`CONFIGS`) replays every job of the trace on its synthetic
@@ -28,6 +29,12 @@ Configurations (none is known to be what the site ran; Theta ran Cobalt, not Slu
   the log never runs more than 32 nodes of such jobs at once, and almost no job asks
   for 9 to 127 nodes: Theta's default queue started at 128 nodes); the other jobs run
   on the other nodes, and a job larger than those on every node.
+
+``--bf-plan conservative`` replays each configuration with Slurm's conservative backfill
+plan (``SchedulerOptions.bf_plan``) instead of EASY, ``--bf-plan both`` each both ways
+(the conservative rows are named ``...+cons``); ``+debug`` configurations have a
+partition holding only some nodes, which the plan does not model: they are skipped
+with the reason.
 
 ``--nodes N`` replays on N nodes instead of the header's ``MaxNodes`` (nodes down or
 reserved on the real machine are not in the log: fewer nodes is a crude stand-in).
@@ -60,7 +67,7 @@ from slurm_plugin.cluster import ClusterSpec  # noqa: E402
 from trainer.sim import fidelity, load  # noqa: E402
 from trainer.sim.engine import SimResult, Simulator  # noqa: E402
 from trainer.sim.policies import Policy, ScoreContext, make_policy  # noqa: E402
-from trainer.sim.slurm import PrioritySettings, SchedulerOptions  # noqa: E402
+from trainer.sim.slurm import BF_PLANS, PrioritySettings, SchedulerOptions  # noqa: E402
 from trainer.sim.state import Cluster, JobTable, build_jobs  # noqa: E402
 
 #: Site factor of an outage job: above any priority a configuration computes.
@@ -163,9 +170,14 @@ def with_debug_partition(spec: ClusterSpec, records: list[JobRecord]
     return spec, routed
 
 
-def run_config(cfg: Config, inp: load.ReplayInput, gaps: list[tuple[int, int]]
-               ) -> tuple[SimResult, float]:
-    """Replay one configuration; the result and the replay's wall time."""
+def run_config(cfg: Config, inp: load.ReplayInput, gaps: list[tuple[int, int]],
+               bf_plan: str = "easy") -> tuple[SimResult, float]:
+    """Replay one configuration (backfill planned as ``bf_plan``); the result and wall time.
+
+    Raises:
+        ValueError: When ``bf_plan`` is ``conservative`` and the configuration's jobs or
+            partitions are ones it does not model (:func:`conservative_unfit`).
+    """
     spec, records = inp.spec, list(inp.records)
     if cfg.maint:
         records += outage_records(gaps, len(spec.nodes))
@@ -174,8 +186,9 @@ def run_config(cfg: Config, inp: load.ReplayInput, gaps: list[tuple[int, int]]
     cluster = Cluster.from_spec(spec)
     jobs = build_jobs(records, cluster)
     jobs.site_factor[jobs.job_id >= OUTAGE_ID] = OUTAGE_PRIORITY
+    options = dataclasses.replace(cfg.options, bf_plan=bf_plan)
     t0 = time.perf_counter()
-    result = Simulator(jobs, cluster, cfg.policy(), cfg.options).run()
+    result = Simulator(jobs, cluster, cfg.policy(), options).run()
     return result, time.perf_counter() - t0
 
 
@@ -220,9 +233,12 @@ def main() -> None:
     ap.add_argument("--config", action="append", choices=list(CONFIGS),
                     help="configuration(s) to replay (default: all)")
     ap.add_argument("--nodes", type=int, help="replay on this many nodes (default: header)")
+    ap.add_argument("--bf-plan", choices=(*BF_PLANS, "both"), default="easy",
+                    help="backfill plan of the replays (default easy; both: each way)")
     ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     args = ap.parse_args()
-    names = args.config or list(CONFIGS)
+    plans = BF_PLANS if args.bf_plan == "both" else (args.bf_plan,)
+    names = [(n, p) for n in args.config or list(CONFIGS) for p in plans]
     inp = load.from_trace(args.trace, num_nodes=args.nodes)
     starts = logged(args.trace)
     print(f"{inp.source}: {len(inp.records)} jobs on {len(inp.spec.nodes)} nodes"
@@ -242,7 +258,7 @@ def main() -> None:
     print(f"logged outages (nothing running >= {MIN_GAP // 3600} h while jobs waited):"
           f" {len(gaps)}, {lost / 3600:.0f} h in all")
     print()
-    head = (f"{'config':<22}{'sim h':>7}{'log h':>7}{'sim med':>8}{'log med':>8}"
+    head = (f"{'config':<26}{'sim h':>7}{'log h':>7}{'sim med':>8}{'log med':>8}"
             f"{'MAE h':>7}{'medAE m':>8}{'r':>6}{'rho':>6}{'<=10m':>7}{'<=1h':>7}{'s':>6}")
     print("mean/median waits (h, median in min), per-job abs error, Pearson r, Spearman rho,"
           " share within +-10 min / +-1 h, replay wall s")
@@ -250,12 +266,19 @@ def main() -> None:
     out: dict[str, Any] = {"trace": str(args.trace), "jobs": len(inp.records),
                            "logged": len(starts), "outages": gaps, "configs": {}}
     sizes = {}
-    for name in names:
-        result, wall = run_config(CONFIGS[name], inp, gaps)
+    for base, plan in names:
+        name = base if plan == "easy" else f"{base}+cons"
+        try:
+            result, wall = run_config(CONFIGS[base], inp, gaps, plan)
+        except ValueError as exc:
+            if plan == "easy" or not CONFIGS[base].debug:
+                raise
+            print(f"{name:<26}skipped: {exc}")
+            continue
         f = fidelity.wait_fidelity(result, starts)
         skipped = sum(result.jobs.skipped.values())
         w = dict(f.within)
-        print(f"{name:<22}{_h(f.mean_wait_sim):>7}{_h(f.mean_wait_log):>7}"
+        print(f"{name:<26}{_h(f.mean_wait_sim):>7}{_h(f.mean_wait_log):>7}"
               f"{f.median_wait_sim / 60:>8.1f}{f.median_wait_log / 60:>8.1f}"
               f"{_h(f.mean_abs_error):>7}{f.median_abs_error / 60:>8.1f}"
               f"{f.correlation:>6.2f}{f.rank_correlation:>6.2f}{w[600]:>7.1%}{w[3600]:>7.1%}"
@@ -266,12 +289,12 @@ def main() -> None:
     print()
     print("mean wait sim/log (h) and mean abs error (h) by job size (nodes)")
     classes = list(next(iter(sizes.values())))
-    print(f"{'config':<22}" + "".join(f"{c:>22}" for c in classes))
+    print(f"{'config':<26}" + "".join(f"{c:>22}" for c in classes))
     for name, per in sizes.items():
-        print(f"{name:<22}" + "".join(
+        print(f"{name:<26}" + "".join(
             f"{_h(v['sim']):>7}/{_h(v['log']):<6} {_h(v['mae']):>7}" for v in per.values()))
     jobs_line = "".join(f"{v['jobs']:>22}" for v in next(iter(sizes.values())).values())
-    print(f"{'(jobs)':<22}{jobs_line}")
+    print(f"{'(jobs)':<26}{jobs_line}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float), encoding="utf-8")
         print(f"wrote {args.json}", file=sys.stderr)

@@ -551,7 +551,7 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     records = data.records
     if source != "history":
         what = ("the Slurm baseline" if source == "slurm" else
-                f"the {source} baseline ({BASELINES[source].help})")
+                f"the {source} baseline ({BASELINES[source].describe(data.options)})")
         click.echo(f"imitating a replay of {what} (the records hold no schedule of their"
                    " own)" if cmd.imitate_from == "auto" else
                    f"imitating a replay of {what}", err=True)

@@ -889,6 +889,11 @@ def test_train_rl_replays_with_the_backfill_plan_given(tmp_path):
     # the teacher's, validation's and Slurm's replays all read these options
     assert cfg["command"]["bf_plan"] == "conservative"
     assert cfg["scheduler"]["bf_plan"] == "conservative"
+    res = _invoke("train", "imitate", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "imit"), "--hidden", "8", "--epochs", "1", "--max-decisions",
+                  "80", "--imitate-from", "lrf", "--bf-plan", "conservative")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "fewest GPUs (CPUs) first, conservative backfill)" in res.output  # as replayed
     philly = LUBLIN.with_name("philly.csv")
     if philly.is_file():  # jobs sharing nodes: refused before any training, saying why
         res = _invoke("train", "rl", "--trace", str(philly), "--limit", "300", "--out",

@@ -614,3 +614,14 @@ def test_baseline_build_applies_its_backfill_and_placement():
     off = _replace(opts, backfill=False)
     pol, o = BASELINES["slurm"].build(None, off)  # as the Slurm configuration says
     assert pol.name == "multifactor" and o.backfill is False and pol.placement == off.placement
+
+
+def test_a_baseline_describes_the_backfill_plan_it_replays_under():
+    from trainer.sim.policies import BASELINES
+    from trainer.sim.slurm import SchedulerOptions
+
+    easy, cons = SchedulerOptions(), SchedulerOptions(bf_plan="conservative")
+    assert BASELINES["spf"].describe(easy) == BASELINES["spf"].help
+    assert BASELINES["spf"].describe(cons).endswith("first, conservative backfill")
+    for b in BASELINES.values():  # none names EASY under another plan
+        assert "EASY" not in b.describe(cons)

@@ -715,6 +715,12 @@ class Baseline:
         if self.placement is not None and self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}: {sorted(PLACEMENTS)}")
 
+    def describe(self, options: SchedulerOptions) -> str:
+        """``help`` for a replay under ``options`` (``help`` names the default plan, EASY)."""
+        if options.bf_plan == "easy":
+            return self.help
+        return self.help.replace("EASY backfill", f"{options.bf_plan} backfill")
+
     def build(self, priority: PrioritySettings | None, options: SchedulerOptions
               ) -> tuple[Policy, SchedulerOptions]:
         """Its policy and the scheduler options it replays under.
