@@ -5,6 +5,7 @@
     python benchmarks/fidelity_live.py --dry-run               # the workload and a forecast
     python benchmarks/fidelity_live.py --synthetic --jobs 40   # a seeded synthetic workload
     python benchmarks/fidelity_live.py --replay run.json        # re-replay a --json run
+    python benchmarks/fidelity_live.py --synthetic --plans      # also compare the plans
 
 Steps (see :mod:`trainer.fidelity_live`):
 
@@ -28,6 +29,12 @@ Steps (see :mod:`trainer.fidelity_live`):
    p95, max of its absolute value, its mean, the share within 1/2/5/10 s, the share of
    job pairs in the same start order, the share at the same position of the order, and
    how many jobs started ahead of an earlier arrival (replay / real).
+5. With ``--plans``: the plans themselves. Every second of the run ``squeue`` is read
+   for the expected start Slurm's backfill planned for each pending job; the
+   conservative replays keep their plan at the same moments
+   (``EngineOptions.plan_probes``), and :func:`trainer.sim.fidelity.plan_deviation`
+   compares them: how many pending jobs each planned, and the planned starts' deviation.
+   EASY plans only one job per partition and is not compared.
 
 Refuses to run unless the cluster is named ``--cluster`` (default ``testcluster``) and
 its queue is empty (other jobs would change the schedule). Run as root (the test
@@ -55,6 +62,7 @@ from slurm_plugin.cluster import ClusterSpec  # noqa: E402
 from slurm_plugin.slurm.cli_backend import CliSlurmClient  # noqa: E402
 from trainer import fidelity_live as live  # noqa: E402
 from trainer.sim import fidelity, load  # noqa: E402
+from trainer.sim.engine import EngineOptions  # noqa: E402
 from trainer.sim.fidelity import LiveJob  # noqa: E402
 from trainer.sim.slurm import PrioritySettings, SchedulerOptions  # noqa: E402
 
@@ -115,15 +123,23 @@ def report(run: live.LiveRun, jobs: list[LiveJob], spec: ClusterSpec, opts: Sche
                            "job_ids": {str(k): v.index for k, v in run.submitted.items()},
                            "began": run.began,
                            "real_starts": {str(k): v for k, v in run.starts.items()},
-                           "states": run.states, "variants": {}}
+                           "states": run.states, "variants": {},
+                           "plans": [[t, {str(k): v for k, v in snap.items()}]
+                                     for t, snap in run.plans]}
+    probes = tuple(t for t, _ in run.plans)
+    plans: dict[str, fidelity.PlanDeviation] = {}
     for name, (changes, latency) in VARIANTS.items():
         o: SchedulerOptions = dataclasses.replace(opts, **changes)
         if o.bf_plan == "conservative" and any(j.gpus for j in jobs):
             print(f"{name:<20}not replayed: conservative backfill is modelled for"
                   " whole-node jobs, and this run shares nodes (GPU jobs)")
             continue
-        res = live.replay_live(run, spec, o, prio, end_latency=latency)
+        eng = EngineOptions(plan_probes=probes) if probes and o.bf_plan != "easy" else None
+        res = live.replay_live(run, spec, o, prio, end_latency=latency, engine=eng)
         d = fidelity.start_deviation(res, run.starts)
+        if eng is not None:
+            plans[name] = fidelity.plan_deviation(res, run.plans, run.starts,
+                                                  plan_tolerances(o.bf_resolution))
         w = dict(d.within)
         print(f"{name:<20}{_f(d.mean_abs, '.2f'):>8}{_f(d.median_abs):>7}{_f(d.p95_abs):>6}"
               f"{_f(d.max_abs, '.0f'):>6}{_f(d.mean_signed, '+.2f'):>8}{w[1]:>6.0%}{w[2]:>6.0%}"
@@ -132,7 +148,37 @@ def report(run: live.LiveRun, jobs: list[LiveJob], spec: ClusterSpec, opts: Sche
               f"{d.jumped_sim:>5}/{d.jumped_real:<3}")
         out["variants"][name] = {**d.to_dict(), "sim_starts": {
             str(int(j)): int(s) for j, s in zip(res.jobs.job_id, res.start, strict=True)}}
+        if name in plans:
+            out["variants"][name]["plans"] = plans[name].to_dict()
+    if plans:
+        report_plans(plans)
     return out
+
+
+def plan_tolerances(resolution: int) -> tuple[int, ...]:
+    """Tolerances of the plan comparison: 1 and 10 s, one and two ``bf_resolution`` slots."""
+    return tuple(sorted({1, 10, max(1, resolution), 2 * max(1, resolution)}))
+
+
+def report_plans(plans: dict[str, fidelity.PlanDeviation]) -> None:
+    """Print the plan comparison (:func:`trainer.sim.fidelity.plan_deviation`) per variant."""
+    first = next(iter(plans.values()))
+    tols = [t for t, _ in first.within]
+    print()
+    print(f"backfill plans against Slurm's ({first.moments} snapshots of squeue's expected"
+          " starts; a pair: a job pending in both at a snapshot; deviation: replay's"
+          " planned start - Slurm's, over the pairs both planned)")
+    print(f"{'variant':<20}{'pairs':>7}{'slurm':>7}{'replay':>7}{'both':>6}{'mean|d|':>8}"
+          f"{'median':>7}{'p95':>6}{'max':>6}{'mean d':>8}"
+          + "".join(f"{f'<={t}s':>7}" for t in tols) + f"{'held':>7}")
+    for name, p in plans.items():
+        print(f"{name:<20}{p.pairs:>7}{p.slurm_planned:>7}{p.replay_planned:>7}{p.both:>6}"
+              f"{_f(p.mean_abs, '.2f'):>8}{_f(p.median_abs):>7}{_f(p.p95_abs):>6}"
+              f"{_f(p.max_abs, '.0f'):>6}{_f(p.mean_signed, '+.2f'):>8}"
+              + "".join(f"{_f(w, '.0%'):>7}" for _, w in p.within)
+              + f"{_f(p.slurm_held):>7}")
+    print("(held: mean |Slurm's planned start - its real start| over the pairs Slurm"
+          " planned: jobs ending before their limits move every plan)")
 
 
 def main() -> None:
@@ -161,6 +207,9 @@ def main() -> None:
     ap.add_argument("--jobdir", default="/tmp/rlsched-testcluster/jobs")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--dry-run", action="store_true", help="workload and forecast only")
+    ap.add_argument("--plans", action="store_true",
+                    help="snapshot Slurm's expected starts (squeue) every second and compare"
+                         " the conservative replays' plans with them")
     ap.add_argument("--json", type=Path, help="write the figures (and per-job starts) here")
     ap.add_argument("--replay", type=Path,
                     help="replay a past run (a --json file) from sacct instead of running")
@@ -183,6 +232,8 @@ def main() -> None:
         submitted = {int(k): jobs[v] for k, v in saved["job_ids"].items()}
         began = saved.get("began") or min(saved["real_starts"].values()) - 300
         run = live.read_back(client, submitted, began)
+        run.plans = [(int(t), {int(k): int(v) for k, v in snap.items()})
+                     for t, snap in saved.get("plans", [])]
         print(f"workload: {args.replay} (read back from sacct); {describe(jobs)}")
         out = report(run, jobs, spec, opts, prio)
     else:
@@ -204,6 +255,7 @@ def main() -> None:
         if client.run(["squeue", "--noheader", "--format=%i"]).split():
             sys.exit("the queue is not empty: other jobs would change the schedule")
         run = live.run_live(jobs, client, jobdir=args.jobdir, timeout=args.timeout,
+                            plans=args.plans,
                             progress=lambda m: print(f"  {m}", flush=True))
         states = Counter(run.states.values())
         print(f"live run: {len(run.submitted)} jobs in {run.wall_s:.0f} s; states"

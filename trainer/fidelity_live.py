@@ -33,7 +33,9 @@ checks that. This module never cancels jobs other than those it submitted.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ import numpy as np
 
 from db.records import JobRecord
 from slurm_plugin.cluster import ClusterSpec
+from slurm_plugin.slurm import parse
 from slurm_plugin.slurm.cli_backend import CliSlurmClient
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.types import SchedulerConfig
@@ -82,6 +85,10 @@ class LiveRun:
         began: Epoch s when the first job was due.
         wall_s: Seconds from the first submission until sacct had every record.
         submit_lag_s: Per job, how late ``sbatch`` returned after the job was due.
+        plans: With ``run_live(plans=True)``: Slurm's plan, snapshot by snapshot:
+            ``(epoch s, {job id: expected start})`` for each of the run's jobs pending
+            then (0: ``squeue`` showed no expected start), for
+            :func:`~trainer.sim.fidelity.plan_deviation`.
     """
 
     name: str
@@ -90,6 +97,7 @@ class LiveRun:
     began: float
     wall_s: float
     submit_lag_s: list[float] = field(default_factory=list)
+    plans: list[tuple[int, dict[int, int]]] = field(default_factory=list)
 
     @property
     def starts(self) -> dict[int, int]:
@@ -136,6 +144,44 @@ def _cancel(client: CliSlurmClient, ids: Sequence[int]) -> None:
             pass
 
 
+class _PlanWatch:
+    """Snapshots of the expected starts ``squeue`` shows for pending jobs, every ``poll`` s.
+
+    In a thread of its own while a run lasts (``squeue --json``: one read of slurmctld's
+    job table per snapshot). A failed read skips that snapshot and is counted.
+    """
+
+    def __init__(self, client: CliSlurmClient, poll: float) -> None:
+        self.client = client
+        self.poll = poll
+        self.snapshots: list[tuple[int, dict[int, int]]] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="plan-watch", daemon=True)
+
+    def __enter__(self) -> _PlanWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.time()
+            try:
+                out = self.client.run(["squeue", "--all", "--json"])
+                jobs, _ = parse.parse_squeue_document(out, "squeue --all --json")
+            except (SlurmError, ValueError):
+                self.failed += 1
+            else:
+                at = int((t0 + time.time()) / 2)  # the read's middle, in whole seconds
+                self.snapshots.append((at, {j.job_id: j.start_time or 0 for j in jobs
+                                            if j.is_pending}))
+            self._stop.wait(max(0.0, self.poll - (time.time() - t0)))
+
+
 def run_live(
     jobs: Sequence[LiveJob],
     client: CliSlurmClient,
@@ -145,6 +191,7 @@ def run_live(
     partition: str | None = None,
     timeout: float = 600.0,
     poll: float = 1.0,
+    plans: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> LiveRun:
     """Submit ``jobs`` at their arrival times, wait for them, read their records back.
@@ -158,7 +205,10 @@ def run_live(
             queue is watched by this name.
         partition: Partition to submit to (default: the cluster's default).
         timeout: Seconds allowed from the first submission until every job has ended.
-        poll: Seconds between queue checks while waiting.
+        poll: Seconds between queue checks while waiting (and between snapshots of
+            Slurm's plan, with ``plans``).
+        plans: Also snapshot the expected starts of the pending jobs all along
+            (:attr:`LiveRun.plans`).
         progress: Called with one line of news now and then.
 
     Raises:
@@ -172,6 +222,10 @@ def run_live(
     lags: list[float] = []
     began = time.time()
     t0 = time.monotonic()
+    watch = _PlanWatch(client, poll) if plans else None
+    stack = contextlib.ExitStack()
+    if watch is not None:
+        stack.enter_context(watch)
     try:
         for j in order:
             delay = t0 + j.arrival - time.monotonic()
@@ -191,14 +245,23 @@ def run_live(
             if time.monotonic() > deadline:
                 raise LiveRunError(f"{len(left)} jobs still queued after {timeout:.0f} s")
             time.sleep(poll)
+        stack.close()
         say(f"all jobs ended after {time.monotonic() - t0:.0f} s; reading sacct")
         records = _accounted(client, set(submitted), began, deadline=time.monotonic() + 60)
     except (SlurmError, LiveRunError, ValueError) as exc:
+        stack.close()
         _cancel(client, list(submitted))
         if isinstance(exc, LiveRunError):
             raise
         raise LiveRunError(f"live run failed: {exc}") from exc
-    return LiveRun(name, submitted, records, began, time.monotonic() - t0, lags)
+    snaps: list[tuple[int, dict[int, int]]] = []
+    if watch is not None:
+        mine = set(submitted)  # (other users' jobs, and none of ours: not kept)
+        snaps = [(t, {j: s for j, s in snap.items() if j in mine}) for t, snap in
+                 watch.snapshots]
+        snaps = [(t, snap) for t, snap in snaps if snap]
+        say(f"{len(snaps)} snapshots of Slurm's plan ({watch.failed} reads failed)")
+    return LiveRun(name, submitted, records, began, time.monotonic() - t0, lags, snaps)
 
 
 def read_back(client: CliSlurmClient, submitted: dict[int, LiveJob], began: float,

@@ -502,6 +502,30 @@ def test_conservative_backfill_protects_every_blocked_job_not_only_the_first():
     _check_capacity(cons, 1)
 
 
+def test_plan_probes_keep_the_plan_in_effect_at_each_time():
+    # the hand case above: the passes at 2 s reserve jobs 2 and 3 (100, 200), those at
+    # 3 s job 4 too (300); after job 1 ends at 100, jobs 3 and 4 stay planned; at the end
+    # none waits. A probe reads the plan after every pass of its second.
+    recs = [job(1, 0, 100, 3), job(2, 1, 100, 2), job(3, 2, 100, 4), job(4, 3, 250, 1)]
+    cl = Cluster.from_spec(spec(4))
+    probes = (T0, T0 + 2, T0 + 3, T0 + 150, T0 + 1000)
+    plans = []
+    for opts in (CONSERVATIVE, EXACT):
+        for fast in (True, False):
+            sim = Simulator(build_jobs(recs, cl), cl, make_policy("fifo"), opts,
+                            EngineOptions(plan_probes=probes, fast_path=fast))
+            plans.append(sim.run().plans)
+    rel = [(p - T0, {j: s - T0 for j, s in plan.items()}) for p, plan in plans[0]]
+    assert rel == [(0, {}), (2, {2: 100, 3: 200}), (3, {2: 100, 3: 200, 4: 300}),
+                   (150, {3: 200, 4: 300}), (1000, {})]
+    assert plans[1] == plans[0]  # the leaf counts plan as the node arrays do
+    assert plans[2] == plans[3] == [(p, {}) for p in probes]  # EASY keeps no plan
+    assert run(spec(4), recs).plans is None  # none asked for
+    with pytest.raises(ValueError, match="ascending"):
+        Simulator(build_jobs(recs, cl), cl, make_policy("fifo"), CONSERVATIVE,
+                  EngineOptions(plan_probes=(T0 + 5, T0)))
+
+
 def test_conservative_backfill_still_fills_holes_that_delay_nobody():
     # job 3 (1 node, 90 s) ends before job 2's reservation at 100: started now
     recs = [job(1, 0, 100, 2), job(2, 1, 10, 4), job(3, 2, 90, 1), job(4, 3, 300, 2)]

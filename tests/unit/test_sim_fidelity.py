@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from db.records import JobRecord, TresCounts
 from slurm_plugin.cluster import ClusterSpec
 from trainer.sim import fidelity
-from trainer.sim.engine import simulate
+from trainer.sim.engine import EngineOptions, simulate
 from trainer.sim.fidelity import LiveJob
 from trainer.sim.policies import make_policy
 from trainer.sim.slurm import SchedulerOptions
@@ -156,6 +156,35 @@ def test_start_deviation_by_hand():
     assert d.mean_wait_real == pytest.approx((1 + 91 + 105 + 115) / 4)
     assert d.jumped_sim == 1  # job 4 (arrived at 25) starts before job 3 (arrived at 20)
     assert d.jumped_real == 0
+
+
+def test_plan_deviation_by_hand():
+    # conservative on 4 nodes (the engine's hand case): at 3 s the replay plans jobs 2, 3
+    # and 4 at 100, 200 and 300; at 150 s jobs 3 and 4 still wait
+    recs = [rec(1, 0, 100, 3), rec(2, 1, 100, 2), rec(3, 2, 100, 4), rec(4, 3, 250, 1)]
+    sp = ClusterSpec.synthetic("c", 4, gpus_per_node=0, mem_mb_per_node=0)
+    opts = dataclasses.replace(EXACT, bf_plan="conservative")
+    r = simulate(sp, recs, make_policy("fifo"), opts,
+                 EngineOptions(plan_probes=(T0 + 3, T0 + 150)))
+    snapshots = [
+        # Slurm: job 2 as the replay, job 3 a minute later, job 4 unplanned (0); job 99
+        # is not in the replay
+        (T0 + 3, {2: T0 + 100, 3: T0 + 260, 4: 0, 99: T0 + 50}),
+        # job 1 is still pending at Slurm, running in the replay: no pair
+        (T0 + 150, {1: T0 + 160, 3: T0 + 200, 4: T0 + 290}),
+    ]
+    real = {1: T0, 2: T0 + 100, 3: T0 + 200, 4: T0 + 300}
+    d = fidelity.plan_deviation(r, snapshots, real, tolerances=(1, 10))
+    assert (d.moments, d.pairs, d.slurm_planned, d.replay_planned, d.both) == (2, 5, 4, 5, 4)
+    assert d.mean_abs == pytest.approx(70 / 4) and d.max_abs == 60.0  # 0, -60, 0, +10
+    assert d.mean_signed == pytest.approx(-50 / 4) and d.median_abs == pytest.approx(5.0)
+    assert dict(d.within) == {1: 0.5, 10: 0.75}
+    assert d.slurm_held == pytest.approx((0 + 60 + 0 + 10) / 4)  # Slurm's plans vs real
+    assert d.to_dict()["within"] == {"1": 0.5, "10": 0.75}
+    with pytest.raises(ValueError, match="plan_probes"):
+        fidelity.plan_deviation(r, snapshots[:1], real)
+    with pytest.raises(ValueError, match="plan_probes"):
+        fidelity.plan_deviation(replay(recs), snapshots, real)  # kept no plans
 
 
 def test_jumped_ahead_by_hand():

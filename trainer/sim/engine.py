@@ -138,6 +138,12 @@ class EngineOptions:
             (:mod:`trainer.sim.leaves`) when the run allows it (see
             :attr:`Simulator.leafy`); the schedule is the same, only faster. False:
             always on the node arrays.
+        plan_probes: Times (epoch s, ascending) at which to keep the backfill plan in
+            effect, the one the last pass at or before each made (after every event of
+            that second), in :attr:`SimResult.plans`
+            (as ``squeue`` shows Slurm's expected starts at that moment). Only the
+            conservative plan (``SchedulerOptions.bf_plan``) plans every blocked job;
+            under EASY the plans stay empty.
     """
 
     seed: int = 0
@@ -145,6 +151,7 @@ class EngineOptions:
     samples: int = 500
     keep_placements: bool = False
     fast_path: bool = True
+    plan_probes: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The options as a JSON-able dict."""
@@ -325,6 +332,9 @@ class SimResult:
         frag: SCHED² fragmentation index at those times (see :mod:`trainer.sim.metrics`).
         stats: Counters of the replay (events, passes, backfilled jobs, wall time...).
         placements: Node names per job when :attr:`EngineOptions.keep_placements`.
+        plans: Per time of :attr:`EngineOptions.plan_probes`, ``(time, {job id: planned
+            start})``: the jobs the backfill plan in effect then had reserved, each at the
+            start it was planned to (``None``: no probes asked for).
         util_waiting: Jobs waiting (arrived, not started) after the events at each
             ``util_t``, when not those of :attr:`jobs` alone (``None``: counted from the
             jobs; :func:`trainer.evaluate.restrict` keeps the warm-up jobs' count).
@@ -348,6 +358,7 @@ class SimResult:
     stats: dict[str, float] = field(default_factory=dict)
     placements: dict[int, tuple[str, ...]] | None = None
     util_waiting: np.ndarray | None = None
+    plans: list[tuple[int, dict[int, int]]] | None = None
 
     def nodes_of(self, job_id: int) -> tuple[str, ...]:
         """Node names job ``job_id`` ran on (needs ``keep_placements``).
@@ -471,6 +482,13 @@ class Simulator:
         self._ends: list[tuple[int, int]] = []  # (expected end, job) of whole-node jobs
         self.placements: dict[int, tuple[str, ...]] | None = (
             {} if self.eng.keep_placements else None)
+        probes = [int(x) for x in self.eng.plan_probes]
+        if probes != sorted(probes):
+            raise ValueError("plan_probes must be in ascending order")
+        self._probes: list[int] = probes
+        self._probe_i = 0
+        self._plan_now: dict[int, int] = {}  # job -> planned start, of the last pass
+        self._plans: list[tuple[int, dict[int, int]]] = []
         # python lists of hot per-job columns (scalar access is faster than numpy's)
         # (typed: the compiled engine, trainer.sim.native, reads them as machine ints)
         self._part: list[int] = jobs.part.tolist()
@@ -1573,6 +1591,10 @@ class Simulator:
         """
         self._n_bf_full += 1
         self._compact()
+        probing = self._probe_i < len(self._probes)
+        if probing:
+            self._emit_plans(t)
+            self._plan_now = {}
         lo = self._qlo
         m = min(self._qhi - lo, self._bf_max)
         if m == 0:
@@ -1621,6 +1643,8 @@ class Simulator:
                 self._start(j, res[0], res[1], t, True)
             else:
                 self._n_resv += 1
+                if probing:
+                    self._plan_now[j] = s
             end = self._res_round(s + span)
             k = bisect.bisect_left(times, end)
             if k == len(times) or times[k] != end:
@@ -1628,6 +1652,21 @@ class Simulator:
                 free.insert(k, free[k - 1])
             for i in range(found, k):
                 free[i] -= n
+
+    def _emit_plans(self, t: int) -> None:
+        """Keep the plan in effect (the last pass's) for every probe before ``t``.
+
+        Less the jobs started by the probe's time: the main scheduler starts some between
+        backfill passes.
+        """
+        probes = self._probes
+        start = self.start
+        ids = self.jobs.job_id
+        while self._probe_i < len(probes) and probes[self._probe_i] < t:
+            p = probes[self._probe_i]
+            self._plans.append((p, {int(ids[j]): s for j, s in self._plan_now.items()
+                                    if not 0 <= int(start[j]) <= p}))
+            self._probe_i += 1
 
     def _schedule(self, t: int) -> None:
         self._n_passes += 1
@@ -1740,6 +1779,7 @@ class Simulator:
         else:
             util_cpus = np.array(uc, dtype=np.int64)
             util_gpus = np.array(ug, dtype=np.int64)
+        self._emit_plans(_INF)
         self.stats["wall_s"] = time.perf_counter() - wall0
         return SimResult(
             jobs=jobs, cluster=self.cluster, policy=self.policy.name, options=self.opt,
@@ -1749,6 +1789,7 @@ class Simulator:
             util_gpus=util_gpus, frag_t=np.array(ft, dtype=np.int64),
             frag=np.array(fv, dtype=np.float64), stats=dict(self.stats),
             placements=self.placements,
+            plans=self._plans if self._probes else None,
         )
 
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Aligned",
     "LiveJob",
+    "PlanDeviation",
     "StartDeviation",
     "WaitFidelity",
     "align",
@@ -55,6 +56,7 @@ __all__ = [
     "map_users",
     "nominal_records",
     "order_agreement",
+    "plan_deviation",
     "rank_correlation",
     "same_rank",
     "sbatch_argv",
@@ -360,6 +362,90 @@ def start_deviation(result: SimResult, starts: Mapping[int, int],
         jumped_sim=jumped_ahead(a.eligible, a.sim, a.job_id),
         jumped_real=jumped_ahead(a.eligible, a.real, a.job_id),
         within=_share_within(ad, tolerances))
+
+
+@dataclass(frozen=True)
+class PlanDeviation(_Dict):
+    """A replay's backfill plans against Slurm's, moment by moment (:func:`plan_deviation`).
+
+    A *pair* is a moment (a snapshot of Slurm's queue) and a job pending then both in the
+    real run and in the replay. Slurm *planned* it when ``squeue`` showed an expected
+    start after that moment; the replay, when its plan in effect then had reserved it.
+
+    Attributes:
+        moments: Snapshots compared.
+        pairs: Pairs (job pending in both at a moment).
+        slurm_planned: Pairs Slurm had planned.
+        replay_planned: Pairs the replay had planned.
+        both: Pairs both had planned (the deviations below are over these).
+        mean_abs: Mean of ``|replay's planned start - Slurm's|``, s.
+        median_abs: Its median, s.
+        p95_abs: Its 95th percentile, s.
+        max_abs: Its maximum, s.
+        mean_signed: Mean of ``replay's - Slurm's`` (negative: the replay plans earlier).
+        within: ``(tolerance s, share of the pairs both planned within it)``.
+        slurm_held: Mean of ``|Slurm's planned start - its real start|`` over the pairs
+            Slurm planned (how far Slurm's own plan held: jobs ending before their
+            limits move it), s.
+    """
+
+    moments: int
+    pairs: int
+    slurm_planned: int
+    replay_planned: int
+    both: int
+    mean_abs: float
+    median_abs: float
+    p95_abs: float
+    max_abs: float
+    mean_signed: float
+    within: tuple[tuple[int, float], ...]
+    slurm_held: float
+
+
+def plan_deviation(result: SimResult, snapshots: Sequence[tuple[int, Mapping[int, int]]],
+                   starts: Mapping[int, int],
+                   tolerances: Sequence[int] = START_TOLERANCES) -> PlanDeviation:
+    """Compare the replay's plans (:attr:`SimResult.plans`) with Slurm's at the same moments.
+
+    ``snapshots``: per moment (epoch s), every job of the run pending then with the start
+    ``squeue`` expected for it (0 or a time not after the moment: none); the replay must
+    have been run with those moments as ``EngineOptions.plan_probes``. ``starts``: the
+    real start per job (:attr:`trainer.fidelity_live.LiveRun.starts`).
+
+    Raises:
+        ValueError: If the replay kept no plans, or at other moments than the snapshots.
+    """
+    if result.plans is None or [p for p, _ in result.plans] != [p for p, _ in snapshots]:
+        raise ValueError("replay with EngineOptions(plan_probes=) at the snapshots' moments")
+    jobs = result.jobs
+    row = {int(j): k for k, j in enumerate(jobs.job_id.tolist())}
+    elig, start = jobs.eligible, result.start
+    pairs = s_planned = r_planned = 0
+    dev: list[int] = []
+    held: list[int] = []
+    for (t, real), (_, plan) in zip(snapshots, result.plans, strict=True):
+        for jid, expected in real.items():
+            k = row.get(int(jid))
+            if k is None or not int(elig[k]) <= t < int(start[k]):
+                continue  # not in the replay, or not pending there at t
+            pairs += 1
+            mine = plan.get(int(jid))
+            r_planned += mine is not None
+            if expected > t:
+                s_planned += 1
+                if int(jid) in starts:
+                    held.append(abs(int(starts[int(jid)]) - int(expected)))
+                if mine is not None:
+                    dev.append(mine - int(expected))
+    d = np.asarray(dev, dtype=np.float64)
+    ad = np.abs(d)
+    return PlanDeviation(
+        moments=len(snapshots), pairs=pairs, slurm_planned=s_planned, replay_planned=r_planned,
+        both=int(d.size), mean_abs=_mean(ad), median_abs=_pct(ad, 50), p95_abs=_pct(ad, 95),
+        max_abs=float(ad.max()) if ad.size else math.nan, mean_signed=_mean(d),
+        within=_share_within(ad, tolerances),
+        slurm_held=_mean(np.asarray(held, dtype=np.float64)))
 
 
 # ---------------------------------------------------------------------------- outages
