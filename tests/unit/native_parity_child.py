@@ -49,15 +49,21 @@ def digest(r: Any) -> str:
 
 
 def replay(jobs: Any, cl: Cluster, baseline: str, opts: SchedulerOptions, speed: str,
-           fast: bool) -> dict[str, Any]:
+           fast: bool, probes: int = 0) -> dict[str, Any]:
     b = BASELINES[baseline]
     o = opts if b.backfill is None else dataclasses.replace(opts, backfill=b.backfill)
+    at = np.linspace(int(jobs.eligible.min()), int(jobs.eligible.max()), probes)
     sim = Simulator(jobs, cl, make_policy(b.policy, PRIO, b.placement or "tree"), o,
                     EngineOptions(seed=3, speed_model=speed, keep_placements=not fast,
-                                  fast_path=fast))
+                                  fast_path=fast, plan_probes=tuple(int(x) for x in at)))
     r = sim.run()
-    return {"digest": digest(r), "bsld": float(metrics.compute(r)["bsld"]["mean"]),
-            "leafy": bool(sim.leafy)}
+    out = {"digest": digest(r), "bsld": float(metrics.compute(r)["bsld"]["mean"]),
+           "leafy": bool(sim.leafy)}
+    if probes:  # the plans kept at the probes (conservative backfill)
+        plans = json.dumps([(p, sorted(d.items())) for p, d in r.plans or []])
+        out["plans"] = hashlib.sha256(plans.encode()).hexdigest()
+        out["planned"] = sum(len(d) for _, d in r.plans or [])
+    return out
 
 
 def whole_nodes(recs: list[JobRecord], squeeze: int) -> list[JobRecord]:
@@ -97,8 +103,9 @@ def main() -> None:
     cases["hpc/arrays/slurm"] = replay(jobs, cl, "slurm", opts, "none", False)
     cons = dataclasses.replace(opts, bf_interval=30, bf_plan="conservative")
     for name in ("slurm", "sjf"):  # conservative backfill, on the leaf counts and arrays
-        cases[f"hpc/conservative/{name}"] = replay(jobs, cl, name, cons, "none", True)
-    cases["hpc/conservative/arrays/slurm"] = replay(jobs, cl, "slurm", cons, "none", False)
+        cases[f"hpc/conservative/{name}"] = replay(jobs, cl, name, cons, "none", True, 40)
+    cases["hpc/conservative/arrays/slurm"] = replay(jobs, cl, "slurm", cons, "none", False,
+                                                    40)
     trace = os.environ.get("PARITY_TRACE")
     if trace:
         from db.ingest import traces

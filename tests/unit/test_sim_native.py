@@ -153,6 +153,7 @@ def test_compiled_engine_replays_exactly_as_the_python_one():
     assert any(c["leafy"] for c in py["cases"].values())  # the fast path was replayed
     assert any(not c["leafy"] for c in py["cases"].values())  # and the node arrays
     assert len({round(c["bsld"], 6) for c in py["cases"].values()}) > 10  # cases differ
+    assert all(c["planned"] > 0 for k, c in py["cases"].items() if "conservative" in k)
     diff = {k: (py["cases"][k]["bsld"], nat["cases"][k]["bsld"]) for k in py["cases"]
             if py["cases"][k] != nat["cases"][k]}
     assert not diff, f"compiled and Python replays differ (mean bsld python, compiled): {diff}"
