@@ -92,8 +92,8 @@ class InputOptions:
         bf_plan: The backfill of every replay (``SchedulerOptions.bf_plan``: the teacher's,
             Slurm's for ``--warm-start`` and for the references, validation's): ``easy``
             (default) or ``conservative`` (every blocked job reserved, as Slurm plans;
-            whole-node histories only). The RL environment's own decisions do not
-            change.
+            whole-node histories only). ``train rl --actions queue`` episodes reserve
+            as it plans too (``EnvConfig.bf_plan``; ``fits`` reserves nothing).
         out: Output folder.
         seed: Seed of everything random (weights, windows, actions, replays).
         progress: Progress bars (default: when stderr is a terminal).
@@ -279,14 +279,15 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--actions", "actions", click.Choice(["fits", "queue"]),  # trainer.env.ACTIONS
      "What the agent chooses among in the simulator: fits (default), the jobs that fit"
      " now, or hold; queue, every pending job, as an order of the queue that Slurm walks"
-     " with EASY backfill (the first job picked that does not fit is reserved), as the"
-     " helper deploys it, so that its scores of the jobs that do not fit are trained too."),
+     " with backfill as --bf-plan plans it (EASY: the first job picked that does not fit"
+     " is reserved; conservative: every one that cannot start), as the helper deploys"
+     " it, so that its scores of the jobs that do not fit are trained too."),
     ("--hold/--no-hold", "hold", None,
      "Let the agent hold while a job fits (default); --no-hold trains a work-conserving"
      " agent, as deployed (Slurm starts what fits in the policy's order)."),
     ("--val-deployed", "val_deployed", None,
-     "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, EASY"
-     " backfill, in the batch engine) instead of greedy in the env."),
+     "Pick the best checkpoint by the net as deployed (ordering Slurm's queue, backfill"
+     " as --bf-plan plans it, in the batch engine) instead of greedy in the env."),
     ("--val-metric", "val_metric", _VAL_METRIC,
      "The validation figure that picks the best checkpoint (default bsld_mean; with"
      " --val-bounds, among checkpoints keeping the same bounds). wait_p99 picks the"
@@ -355,8 +356,9 @@ def _input_options(fn: F) -> F:
                      help="Saved 'scontrol show config': the Slurm baseline's settings."),
         click.option("--bf-plan", type=click.Choice(list(BF_PLANS)),
                      help="Backfill of every replay (teacher, warm start, validation,"
-                          " Slurm): easy (default) or conservative (every blocked job"
-                          " reserved, as Slurm plans; whole-node histories only)."),
+                          " Slurm) and of --actions queue episodes: easy (default) or"
+                          " conservative (every blocked job reserved, as Slurm plans;"
+                          " whole-node histories only)."),
         click.option("--out", type=click.Path(file_okay=False),
                      help="Output folder (default ./rlsched-train)."),
         click.option("--seed", type=int, help="Seed of everything random (default 0)."),

@@ -35,7 +35,21 @@ Queue order (``actions="queue"``)
     whenever time moves on (Slurm's next pass orders the queue again). Hold is never
     legal while a job may start (the deployed policy cannot leave resources idle on
     purpose), and moments where no job may start are skipped, as below (a reservation
-    cannot change anything then). With the default ``actions="fits"`` only the jobs
+    cannot change anything then). With ``bf_plan="conservative"`` every pick plans, as
+    Slurm's conservative backfill plans every job of its window
+    (:mod:`trainer.sim.profile`; whole-node jobs on partitions holding every node): the
+    job takes the earliest start where its node count stays free for its time limit,
+    given the running jobs' expected ends and the jobs picked before it; it starts if
+    that is now, and is reserved then (within ``bf_window``; beyond, left unplanned)
+    otherwise. Every visible job not yet picked is legal while one may start, so a job
+    that fits but would delay one picked before it is reserved too; with FIFO picks the
+    env starts every job when the engine's FIFO with conservative backfill does. Behind
+    the starvation guard the picks follow the helper's ranking: while a job of a higher
+    tier is still to be picked, only those are legal (the express lane's, starving ones
+    first; then the starving ones, the oldest first with ``age``; then the rest), so
+    the plan reserves in the order the guarded ranking gives Slurm, and FIFO picks start
+    every job when the engine's guarded FIFO does. With
+    the default ``actions="fits"`` only the jobs
     that fit are legal and the agent starts one of them or holds: it never reserves,
     and its scores of the jobs that do not fit are never trained.
 
@@ -66,7 +80,9 @@ Starvation guard
     lane's jobs that do not fit hold no reservation here). ``job_mask`` and the action
     mask say the same. With ``queue`` order, while the guard picks the legal jobs
     (a starving job, the express lane) the agent's choice is among those, as the
-    helper's order puts them first; otherwise the agent reserves as above.
+    helper's order puts them first; otherwise the agent reserves as above. All of this
+    is EASY's: in conservative ``queue`` order the guard ranks the picks instead, in
+    tiers, and every job is planned (*Queue order* above).
 
 Time skips ahead by itself
     Whenever no visible job fits, hold is the only legal action, so the environment
@@ -134,10 +150,11 @@ from slurm_plugin.helper.decide import STARVATION_ORDERS, check_express_limit, i
 from slurm_plugin.placement import Candidates
 
 from .sim import metrics
-from .sim.engine import EngineOptions, Reservation, SimResult, Simulator
+from .sim.engine import EngineOptions, Reservation, SimResult, Simulator, conservative_unfit
 from .sim.observe import history_before
 from .sim.policies import Policy
-from .sim.slurm import SchedulerOptions
+from .sim.profile import FreeProfile
+from .sim.slurm import BF_PLANS, SchedulerOptions
 from .sim.speed import SPEED_MODELS
 from .sim.state import Cluster, JobTable, build_jobs
 from .sim.stepper import REWARDS, CachedUserHistory, Stepper, make_reward, take, window
@@ -198,7 +215,8 @@ class EnvConfig:
     """Speed model name in :data:`trainer.sim.speed.SPEED_MODELS`."""
     max_steps: int | None = None
     """Steps after which an episode is truncated; ``None``: 8 x the window's jobs (an
-    episode takes at most about 4 x its jobs steps)."""
+    episode takes at most about 4 x its jobs steps), times ``max_jobs`` in conservative
+    ``queue`` order (every visible job may be picked at every moment)."""
     tau: float = 10.0
     """Bounded-slowdown threshold, s (:data:`trainer.sim.metrics.TAU`)."""
     history_jobs: int = 256
@@ -206,7 +224,14 @@ class EnvConfig:
     actions: str = "fits"
     """What the agent chooses among (module docstring): ``fits``, the jobs that fit now
     (and hold); ``queue``, every visible job, as an order of the queue Slurm walks with
-    EASY backfill (a job that does not fit is reserved), as the helper deploys it."""
+    its backfill (a job that cannot start is reserved: :attr:`bf_plan`), as the helper
+    deploys it."""
+    bf_plan: str = "easy"
+    """Which picked jobs ``queue`` order reserves, as the batch engine's
+    :attr:`~trainer.sim.slurm.SchedulerOptions.bf_plan` (module docstring): ``easy``, the
+    first one of a partition that does not fit; ``conservative``, every one that cannot
+    start now without delaying a job picked before it (whole-node jobs on partitions
+    holding every node only). With ``fits`` the agent reserves nothing either way."""
     hold: bool = True
     """Hold is legal while a visible job fits; ``False``: only the jobs that fit are
     (the agent is work-conserving, as the deployed policy is: it orders the queue and
@@ -256,6 +281,7 @@ class EnvConfig:
         need(self.episode_jobs is None or self.episode_jobs >= 1,
              "episode_jobs must be None or at least 1")
         need(self.actions in ACTIONS, f"actions must be one of {list(ACTIONS)}")
+        need(self.bf_plan in BF_PLANS, f"bf_plan must be one of {list(BF_PLANS)}")
         need(self.reward in REWARDS, f"reward must be one of {sorted(REWARDS)}")
         need(self.speed_model in SPEED_MODELS,
              f"speed_model must be one of {sorted(SPEED_MODELS)}")
@@ -360,6 +386,11 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             raise ValueError("warm_start needs the incumbent's (start, end) per job of the"
                              " table: incumbent_times(jobs, cluster, ...)")
         self._incumbent = incumbent
+        if cfg.bf_plan == "conservative":
+            why = conservative_unfit(jobs, cluster)
+            if why is not None:
+                raise ValueError(f"bf_plan 'conservative': {why}; use 'easy'")
+        self._conservative = cfg.bf_plan == "conservative" and cfg.actions == "queue"
         self.norm = norm or Normalisation()
         self.reward_fn = make_reward(cfg.reward, jobs, cluster, cfg.tau, backlog=cfg.backlog,
                                      stranding=cfg.stranding)
@@ -384,11 +415,17 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._rows = np.zeros(0, dtype=np.int64)
         self._legal = np.zeros(0, dtype=bool)
         self._fit_now = np.zeros(0, dtype=bool)
+        #: the visible jobs that may start now (queue order: the rest are reserved if picked)
+        self._may = np.zeros(0, dtype=bool)
         self._resv: list[Reservation] = []
         self._resv_parts: set[int] = set()
         #: per action index, where that job may start under the reservations (queue order)
         self._views: dict[int, tuple[np.ndarray, tuple[Reservation, ...]]] = {}
         self._view: tuple[Reservation, ...] = ()
+        #: conservative ``queue`` order: the plan of this moment, and the rows picked
+        #: that could not start (reserved, or left unplanned beyond the window)
+        self._profile: FreeProfile | None = None
+        self._planned: set[int] = set()
         self._obs: Observation | None = None
         self._phase = 0
         self._selected = -1
@@ -474,13 +511,14 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._warm = warm
         self._window_jobs = size + warm
         self._max_steps = (cfg.max_steps if cfg.max_steps is not None
-                           else 8 * (size + warm))
+                           else 8 * (size + warm) * (cfg.max_jobs if self._conservative else 1))
         self._steps = 0
         self._over = False
         self._phase = 0
         self._cands = None
         self._selected = -1
         self._resv, self._resv_parts = [], set()
+        self._profile, self._planned = None, set()
         self._refresh()
         self.stepper.pop_reward()  # nothing accrues before the first arrival
         return self._observe(), self._info()
@@ -496,6 +534,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         """Run time to the next event; a reservation ends with the pass it was made in."""
         self.stepper.advance()
         self._resv, self._resv_parts = [], set()
+        self._profile, self._planned = None, set()
 
     def _refresh(self) -> None:
         """Skip ahead while no visible job may start; then observe the decision."""
@@ -508,12 +547,14 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             if start.any() or not st.can_advance:
                 break
             self._advance()
-        self._rows, self._legal, self._fit_now = rows, legal, fit_now
+        self._rows, self._legal, self._fit_now, self._may = rows, legal, fit_now, start
         self._obs = st.observation(mj) if not st.done else None
 
     def _legal_jobs(self, rows: np.ndarray, fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(may start now, legal to pick)`` among the visible jobs (module docstring)."""
         self._views = {}
+        if self._conservative:
+            return self._planned_jobs(rows, fits)
         guarded = self._guarded(rows, fits)
         if guarded is not None:
             return guarded, guarded
@@ -533,6 +574,68 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         # a job that does not fit may be picked while its partition has no reservation
         open_part = ~np.isin(self.stepper.jobs.part[rows], list(self._resv_parts))
         return start, start | (~fits & open_part)
+
+    def _planned_jobs(self, rows: np.ndarray, fits: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Conservative ``queue`` order: ``(may start now, legal to pick)``.
+
+        A job not yet picked may start now if the plan of this moment (running jobs, and
+        the jobs picked before it reserved) keeps its node count free for its time limit
+        from now. While one may, the legal jobs are those not yet picked of the first of
+        the guard's tiers that has any (:meth:`_tiers`).
+        """
+        st = self.stepper
+        if self._profile is None:
+            self._profile = st.free_profile()
+        left = ~np.isin(rows, list(self._planned))
+        start = left & fits & self._profile.starts_now(st.jobs.nodes[rows],
+                                                        st.jobs.limit[rows])
+        if not start.any():
+            return start, start
+        for tier in self._tiers(rows):
+            pick = tier & left
+            if pick.any():
+                return start, pick
+        return start, left
+
+    def _tiers(self, rows: np.ndarray) -> list[np.ndarray]:
+        """The starvation guard's tiers, highest first, as the helper ranks the queue.
+
+        The express lane's jobs (starving ones first), then the starving ones (with
+        ``starvation_order`` ``age``, one at a time, the oldest first: Slurm's age factor
+        orders them); the rest of the visible jobs come after them all. None without a
+        guard.
+        """
+        cfg = self.config
+        if cfg.starvation_limit <= 0 or not rows.size:
+            return []
+        st = self.stepper
+        starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
+        if cfg.starvation_order == "age":  # (no express lane: checked by the config)
+            left = starving & ~np.isin(rows, list(self._planned))
+            oldest = np.zeros_like(starving)
+            if left.any():
+                oldest[int(np.flatnonzero(left)[0])] = True  # (rows in arrival order)
+            return [oldest]
+        lane = (in_lane(st.jobs.limit[rows], cfg.express_limit) if cfg.express_limit > 0
+                else np.zeros_like(starving))
+        return [lane & starving, lane, starving]
+
+    def _plan(self, row: int, now: bool) -> None:
+        """Conservative ``queue`` order: take picked job ``row``'s span from the plan.
+
+        From now if it starts now; else from its earliest start, if that lies within
+        ``bf_window`` (beyond, it is left unplanned, as Slurm leaves it).
+        """
+        st = self.stepper
+        if self._profile is None:  # (a start the starvation guard picked)
+            self._profile = st.free_profile()
+        n, span = int(st.jobs.nodes[row]), int(st.jobs.limit[row])
+        at = st.now if now else self._profile.earliest(n, span)
+        if not now:
+            self._planned.add(row)
+        if at is not None and at - st.now <= _BF.bf_window:
+            self._profile.take(at, at + span, n)
 
     def _guarded(self, rows: np.ndarray, fits: np.ndarray) -> np.ndarray | None:
         """The visible jobs the starvation guard lets start now (module docstring).
@@ -601,13 +704,18 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             self._refresh()
         else:
             row = int(self._rows[a])
-            if not self._fit_now[a]:  # queue order: its partition's first blocked job
+            if self._conservative and not self._may[a]:
+                self._plan(row, now=False)
+                self._refresh()
+            elif not self._fit_now[a]:  # queue order: its partition's first blocked job
                 r = st.reserve(row, _BF.bf_window)
                 self._resv_parts.add(int(st.jobs.part[row]))
                 if r is not None:
                     self._resv.append(r)
                 self._refresh()
             else:
+                if self._conservative:
+                    self._plan(row, now=True)
                 usable, self._view = self._views.get(a, (None, ()))
                 if cfg.place:
                     self._cands = st.candidates(row, cfg.max_candidates, usable)
@@ -640,7 +748,14 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             return "hold: no job is running and none is still to arrive"
         if a >= self._rows.size:
             return f"job {a}: only {self._rows.size} jobs are pending"
-        jid = int(self.stepper.jobs.job_id[self._rows[a]])
+        row = int(self._rows[a])
+        jid = int(self.stepper.jobs.job_id[row])
+        if row in self._planned:
+            return (f"job {a} (job id {jid}) was picked at this moment already and could not"
+                    " start (conservative backfill planned it later)")
+        if self._conservative:
+            return (f"job {a} (job id {jid}) ranks below a job the starvation guard lifts"
+                    " (express lane or starving) that is still to be picked")
         if self._fit_now[a]:
             return (f"job {a} (job id {jid}) fits now but would delay a reserved job"
                     " (EASY backfill) or the starvation guard's")

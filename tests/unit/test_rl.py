@@ -883,12 +883,15 @@ def test_train_rl_replays_with_the_backfill_plan_given(tmp_path):
     out = tmp_path / "run"
     res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
                   *_SMALL_RUN, "--budget", "1u", "--algo-opt", "episodes=2", "--val-deployed",
-                  "--bf-plan", "conservative")
+                  "--bf-plan", "conservative", "--actions", "queue")
     assert res.exit_code == 0, res.output + repr(res.exception)
     cfg = json.loads((out / "config.json").read_text())
-    # the teacher's, validation's and Slurm's replays all read these options
+    # the teacher's, validation's and Slurm's replays all read these options, and the
+    # episodes in queue order plan as they do
     assert cfg["command"]["bf_plan"] == "conservative"
     assert cfg["scheduler"]["bf_plan"] == "conservative"
+    assert [cfg["env"][k]["bf_plan"] for k in ("train", "eval")] == ["conservative"] * 2
+    assert cfg["env"]["train"]["actions"] == "queue"
     res = _invoke("train", "imitate", "--trace", str(LUBLIN), "--limit", "400", "--out",
                   str(tmp_path / "imit"), "--hidden", "8", "--epochs", "1", "--max-decisions",
                   "80", "--imitate-from", "lrf", "--bf-plan", "conservative")

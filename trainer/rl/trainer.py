@@ -157,7 +157,9 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
     """The environments' data: training and validation periods (module docstring).
 
     ``episode_jobs`` is cut to the training period and ``val_jobs`` to the validation
-    period when they are longer. With ``config.warm_start``, the Slurm baseline
+    period when they are longer. The episodes reserve as ``options.bf_plan`` plans
+    (:attr:`trainer.env.EnvConfig.bf_plan`; in ``queue`` order only). With
+    ``config.warm_start``, the Slurm baseline
     (``priority``, ``options``: Slurm's defaults when ``None``) replays the two periods
     once, and training episodes start from its state (:func:`trainer.env.incumbent_times`).
 
@@ -186,6 +188,9 @@ def make_spec(jobs: JobTable, cluster: Cluster, config: TrainConfig,
     train_cfg = replace(train_cfg, episode_jobs=min(config.episode_jobs, n_train),
                         frag_samples=1)
     eval_cfg = replace(eval_cfg, episode_jobs=min(config.val_jobs or n_val, n_val))
+    # the episodes plan backfill as every replay of this training does (queue order)
+    plan = (options or SchedulerOptions()).bf_plan
+    train_cfg, eval_cfg = replace(train_cfg, bf_plan=plan), replace(eval_cfg, bf_plan=plan)
     incumbent = None
     if config.warm_start:
         pol, opts = BASELINES["slurm"].build(priority, options or SchedulerOptions())

@@ -62,6 +62,7 @@ from .engine import (
 from .metrics import TAU, fragmentation, jain
 from .observe import nodes_raw, observe
 from .placement import PLACEMENTS, Request
+from .profile import FreeProfile
 from .slurm import SchedulerOptions
 from .speed import make_speed_model
 from .state import BIG, Cluster, JobTable, NodeState
@@ -734,6 +735,18 @@ class Stepper:
             return Reservation(row, p, found[0], extra=found[1] - n)
         return reserve_shared(self.state, p, m, Request(n, c, g, excl, row, t), self._place,
                               t, window)
+
+    def free_profile(self) -> FreeProfile:
+        """Nodes free over time from the running jobs' expected ends (start + time limit).
+
+        The start of conservative backfill's plan (:mod:`trainer.sim.profile`), as the
+        engine's: a job past its limit frees its nodes from the next second, never now.
+        Counts every node of the first partition (the plan needs every partition to hold
+        every node: :func:`~trainer.sim.engine.conservative_unfit`).
+        """
+        st, t = self.state, self.now
+        ready = np.where(st.idle, t, np.where(st.node_end > t, st.node_end, t + 1))
+        return FreeProfile.of(np.where(self.cluster.part_mask[0], ready, BIG), t)
 
     def backfill_view(self, row: int, resv: Sequence[Reservation], resolution: int = 1
                       ) -> tuple[np.ndarray, tuple[Reservation, ...]] | None:
