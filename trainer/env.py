@@ -592,19 +592,19 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                                                         st.jobs.limit[rows])
         if not start.any():
             return start, start
-        for tier in self._tiers(rows):
+        for tier in self._tiers(rows, left):
             pick = tier & left
             if pick.any():
                 return start, pick
         return start, left
 
-    def _tiers(self, rows: np.ndarray) -> list[np.ndarray]:
+    def _tiers(self, rows: np.ndarray, left: np.ndarray) -> list[np.ndarray]:
         """The starvation guard's tiers, highest first, as the helper ranks the queue.
 
         The express lane's jobs (starving ones first), then the starving ones (with
         ``starvation_order`` ``age``, one at a time, the oldest first: Slurm's age factor
         orders them); the rest of the visible jobs come after them all. None without a
-        guard.
+        guard. ``left``: the visible jobs not yet picked.
         """
         cfg = self.config
         if cfg.starvation_limit <= 0 or not rows.size:
@@ -612,10 +612,9 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         st = self.stepper
         starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
         if cfg.starvation_order == "age":  # (no express lane: checked by the config)
-            left = starving & ~np.isin(rows, list(self._planned))
             oldest = np.zeros_like(starving)
-            if left.any():
-                oldest[int(np.flatnonzero(left)[0])] = True  # (rows in arrival order)
+            if (starving & left).any():  # (rows in arrival order)
+                oldest[int(np.flatnonzero(starving & left)[0])] = True
             return [oldest]
         lane = (in_lane(st.jobs.limit[rows], cfg.express_limit) if cfg.express_limit > 0
                 else np.zeros_like(starving))
