@@ -528,6 +528,17 @@ def test_free_profile_plans_by_hand():
     # nobody idle: the plan starts now with none free
     busy = FreeProfile.of(np.array([20, 30]), 10)
     assert busy.times.tolist() == [10, 20, 30] and busy.free.tolist() == [0, 1, 2]
+    # from a replay: job 1 (2 nodes) runs past its 50 s limit, job 2 (1 node) until 130;
+    # at 60 the plan frees job 1's nodes from the next second, never now (as the engine's)
+    recs = [replace(job(1, 0, 100, 2), time_limit=50), job(2, 30, 100, 1),
+            job(3, 60, 10, 1)]
+    env = tiny_env(recs, max_jobs=4, actions="queue", bf_plan="conservative")
+    env.reset(seed=0)
+    env.step(0)  # 1 starts; at 30, 2
+    _, _, _, _, info = env.step(0)
+    assert info["now"] == 60
+    prof = env.stepper.free_profile()
+    assert prof.times.tolist() == [60, 61, 130] and prof.free.tolist() == [1, 3, 4]
 
 
 def test_conservative_queue_order_on_a_hand_computed_case():
