@@ -47,8 +47,8 @@ Queue order (``actions="queue"``)
     the starvation guard the picks follow the helper's ranking: while a job of a higher
     tier is still to be picked, only those are legal (the express lane's, starving ones
     first; then the starving ones, the oldest first with ``age``; then the rest), so
-    the plan reserves in the order the guarded ranking gives Slurm, and FIFO picks start
-    every job when the engine's guarded FIFO does. With
+    the plan reserves in the order the guarded ranking gives Slurm, and picks by shortest
+    limit start every job when the engine's guarded ``sjf`` does. With
     the default ``actions="fits"`` only the jobs
     that fit are legal and the agent starts one of them or holds: it never reserves,
     and its scores of the jobs that do not fit are never trained.
