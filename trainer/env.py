@@ -610,7 +610,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         if cfg.starvation_limit <= 0 or not rows.size:
             return []
         st = self.stepper
-        starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
+        starving = self._starving(rows)
         if cfg.starvation_order == "age":  # (no express lane: checked by the config)
             oldest = np.zeros_like(starving)
             if (starving & left).any():  # (rows in arrival order)
@@ -620,6 +620,12 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
                 else np.zeros_like(starving))
         return [lane & starving, lane, starving]
 
+    def _starving(self, rows: np.ndarray) -> np.ndarray:
+        """Which visible jobs have waited longer than the guard's limit."""
+        st = self.stepper
+        out: np.ndarray = (st.now - st.jobs.eligible[rows]) > self.config.starvation_limit
+        return out
+
     def _plan(self, row: int, now: bool) -> None:
         """Conservative ``queue`` order: take picked job ``row``'s span from the plan.
 
@@ -627,8 +633,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         ``bf_window`` (beyond, it is left unplanned, as Slurm leaves it).
         """
         st = self.stepper
-        if self._profile is None:  # (a start the starvation guard picked)
-            self._profile = st.free_profile()
+        assert self._profile is not None  # (made by _planned_jobs, before any pick)
         n, span = int(st.jobs.nodes[row]), int(st.jobs.limit[row])
         at = st.now if now else self._profile.earliest(n, span)
         if not now:
@@ -649,7 +654,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             quick: np.ndarray = fits & in_lane(st.jobs.limit[rows], cfg.express_limit)
             if quick.any():
                 return quick
-        starving = (st.now - st.jobs.eligible[rows]) > cfg.starvation_limit
+        starving = self._starving(rows)
         if not starving.any():
             return None
         head = int(np.flatnonzero(starving)[0])  # the oldest (rows are in arrival order)
