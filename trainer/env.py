@@ -536,19 +536,30 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._resv, self._resv_parts = [], set()
         self._profile, self._planned = None, set()
 
-    def _refresh(self) -> None:
-        """Skip ahead while no visible job may start; then observe the decision."""
+    def _refresh(self, same: bool = False) -> None:
+        """Skip ahead while no visible job may start; then observe the decision.
+
+        ``same``: the last action left the cluster and the queue as they were (a pick
+        that reserved or planned a job), so the visible jobs, which of them fit and the
+        observation are those of the last decision, until time moves on; only which
+        jobs are legal changed.
+        """
         st = self.stepper
         mj = self.config.max_jobs
         while True:
-            rows = st.visible(mj)
-            fit_now = st.fits(rows)
+            if same:
+                rows, fit_now = self._rows, self._fit_now
+            else:
+                rows = st.visible(mj)
+                fit_now = st.fits(rows)
             start, legal = self._legal_jobs(rows, fit_now)
             if start.any() or not st.can_advance:
                 break
             self._advance()
+            same = False
         self._rows, self._legal, self._fit_now, self._may = rows, legal, fit_now, start
-        self._obs = st.observation(mj) if not st.done else None
+        if not same:
+            self._obs = st.observation(mj) if not st.done else None
 
     def _legal_jobs(self, rows: np.ndarray, fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(may start now, legal to pick)`` among the visible jobs (module docstring)."""
@@ -710,13 +721,13 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             row = int(self._rows[a])
             if self._conservative and not self._may[a]:
                 self._plan(row, now=False)
-                self._refresh()
+                self._refresh(same=True)
             elif not self._fit_now[a]:  # queue order: its partition's first blocked job
                 r = st.reserve(row, _BF.bf_window)
                 self._resv_parts.add(int(st.jobs.part[row]))
                 if r is not None:
                     self._resv.append(r)
-                self._refresh()
+                self._refresh(same=True)
             else:
                 if self._conservative:
                     self._plan(row, now=True)

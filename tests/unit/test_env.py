@@ -20,6 +20,7 @@ from slurm_plugin.features import Observation  # noqa: E402
 from slurm_plugin.placement import Candidates  # noqa: E402
 from trainer.env import (  # noqa: E402
     EnvConfig,
+    EnvObservation,
     SchedEnv,
     from_table,
     from_workload,
@@ -634,6 +635,30 @@ def test_guarded_conservative_queue_order_matches_the_batch_simulators_guard(
     plain = Simulator(jobs, cl, make_policy("sjf"), opts).run()
     assert int((plain.start != guarded.start).sum()) > 150
     assert int((guarded.start - jobs.eligible > 1500).sum()) > 100  # the guard works
+
+
+@pytest.mark.parametrize("plan", ["easy", "conservative"])
+def test_a_pick_that_reserves_keeps_the_observation(plan):
+    # a pick that reserves (EASY) or plans a job later (conservative) changes neither the
+    # cluster nor the queue: the env keeps the last observation, which must be the one
+    # the stepper would give afresh, at every decision of random picks
+    recs = _whole_node_records(5)
+    env = tiny_env(recs, nodes=12, actions="queue", bf_plan=plan, max_jobs=16,
+                   invalid_action="raise", starvation_limit=1500, starvation_order="policy",
+                   express_limit=150)
+    rng = np.random.default_rng(3)
+    _, info = env.reset(seed=0)
+    done, kept = False, 0
+    while not done:
+        a = int(rng.choice(legal(info)))
+        started = bool(env._may[a])
+        before = info["observation"]
+        _, _, term, trunc, info = env.step(a)
+        done = term or trunc
+        if not done:
+            assert info["observation"] == EnvObservation.of(env.stepper.observation(16))
+            kept += int(not started and info["observation"].jobs is before.jobs)
+    assert term and kept > 20
 
 
 def test_guarded_conservative_queue_order_picks_the_lifted_jobs_first():
