@@ -211,8 +211,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--dry-run", action="store_true", help="workload and forecast only")
     ap.add_argument("--plans", action="store_true",
-                    help="snapshot Slurm's expected starts (squeue) every second and compare"
-                         " the conservative replays' plans with them")
+                    help="snapshot Slurm's expected starts (squeue, every --plans-every s) and"
+                         " compare the conservative replays' plans with them")
     ap.add_argument("--plans-every", type=float, default=1.0,
                     help="seconds between those snapshots (default 1; each disturbs Slurm a"
                          " little)")

@@ -101,7 +101,9 @@ Observations
     :class:`~slurm_plugin.features.Observation` (the same the live helper builds) is in
     ``info["observation"]`` and the :class:`~slurm_plugin.placement.Candidates` in
     ``info["candidates"]`` (``None`` in the job phase), for a policy that takes
-    variable-length input. Both compare by value.
+    variable-length input. Both compare by value. A pick that reserves or plans a job
+    (``queue`` order) changes neither the cluster nor the queue, so the next decision
+    keeps the last observation (the same arrays) rather than featurising it again.
 
 Episodes
     A window of ``episode_jobs`` consecutive jobs (by arrival), its first row drawn

@@ -658,7 +658,7 @@ def test_a_pick_that_reserves_keeps_the_observation(plan):
         if not done:
             assert info["observation"] == EnvObservation.of(env.stepper.observation(16))
             kept += int(not started and info["observation"].jobs is before.jobs)
-    assert term and kept > 20
+    assert term and kept > 10  # (21 with EASY, 503 conservative when written)
 
 
 def test_guarded_conservative_queue_order_picks_the_lifted_jobs_first():
