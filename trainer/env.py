@@ -89,7 +89,9 @@ Time skips ahead by itself
     takes it itself (as often as needed) before returning: an agent only sees moments
     where it has a real choice. Episodes get much shorter (a busy cluster spends most
     events with nothing that fits), and the reward of the skipped time is part of the
-    step that led there.
+    step that led there. With ``take_forced`` the same goes for a pick that is the
+    only legal action (one job may be picked and hold is not legal; not at
+    :meth:`~SchedEnv.reset`): the schedule is the one those picks give, in fewer steps.
 
 Observations
     A :class:`gymnasium.spaces.Dict` of fixed-shape arrays (padded to ``max_jobs`` jobs
@@ -262,6 +264,14 @@ class EnvConfig:
     training sees the queues and the busy cluster a deployed policy meets, not a
     window starting on an empty cluster. ``info["episode_metrics"]`` counts the
     window's jobs only. Exclusive with ``warmup_jobs``."""
+    take_forced: bool = False
+    """A pick of the job phase with one legal action (one job, hold not legal) is taken
+    by the environment itself, as it takes a hold that is the only legal action (module
+    docstring, *Time skips ahead by itself*): the agent sees only real choices. In
+    conservative ``queue`` order about one step in eight is such a pick (Lublin,
+    behind the guard). The schedule of an episode is the same, in fewer steps; a
+    learner's discount and advantage estimates count steps, so training changes.
+    ``False`` (the default): every pick is a step."""
     invalid_action: Literal["reject", "raise"] = "reject"
     """What a masked action does: ``reject`` (no change, ``-invalid_penalty``,
     ``info["invalid_action"]``) or ``raise`` (:class:`ValueError`)."""
@@ -521,7 +531,7 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._selected = -1
         self._resv, self._resv_parts = [], set()
         self._profile, self._planned = None, set()
-        self._refresh()
+        self._refresh(take=False)
         self.stepper.pop_reward()  # nothing accrues before the first arrival
         return self._observe(), self._info()
 
@@ -538,30 +548,47 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         self._resv, self._resv_parts = [], set()
         self._profile, self._planned = None, set()
 
-    def _refresh(self, same: bool = False) -> None:
+    def _refresh(self, same: bool = False, take: bool = True) -> None:
         """Skip ahead while no visible job may start; then observe the decision.
 
         ``same``: the last action left the cluster and the queue as they were (a pick
         that reserved or planned a job), so the visible jobs, which of them fit and the
         observation are those of the last decision, until time moves on; only which
-        jobs are legal changed.
+        jobs are legal changed. With ``take_forced`` (and ``take``), a pick with one
+        legal action is taken here (:meth:`_pick`), as often as needed; not at
+        :meth:`reset`, so that an episode's first decision is always the agent's and the
+        reward of every pick is part of a step.
         """
         st = self.stepper
         mj = self.config.max_jobs
+        stale = not same  # the last observation no longer describes the state
         while True:
             if same:
                 rows, fit_now = self._rows, self._fit_now
             else:
                 rows = st.visible(mj)
                 fit_now = st.fits(rows)
+                stale = True
             start, legal = self._legal_jobs(rows, fit_now)
-            if start.any() or not st.can_advance:
+            if not (start.any() or not st.can_advance):
+                self._advance()
+                same = False
+                continue
+            self._rows, self._legal, self._fit_now, self._may = rows, legal, fit_now, start
+            if not (take and self._forced()):
                 break
-            self._advance()
-            same = False
-        self._rows, self._legal, self._fit_now, self._may = rows, legal, fit_now, start
-        if not same:
+            same = self._pick(int(np.flatnonzero(legal)[0]))
+            if self._phase == 1:  # the agent places it
+                break
+        if stale:
             self._obs = st.observation(mj) if not st.done else None
+
+    def _forced(self) -> bool:
+        """With ``take_forced``: the job phase has one legal action, a job (not hold)."""
+        if not self.config.take_forced or self._phase != 0 or self.stepper.done:
+            return False
+        legal = self.action_masks()
+        return bool(legal.sum() == 1 and not legal[self.config.max_jobs])
 
     def _legal_jobs(self, rows: np.ndarray, fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(may start now, legal to pick)`` among the visible jobs (module docstring)."""
@@ -720,28 +747,9 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
             self._advance()
             self._refresh()
         else:
-            row = int(self._rows[a])
-            if self._conservative and not self._may[a]:
-                self._plan(row, now=False)
-                self._refresh(same=True)
-            elif not self._fit_now[a]:  # queue order: its partition's first blocked job
-                r = st.reserve(row, _BF.bf_window)
-                self._resv_parts.add(int(st.jobs.part[row]))
-                if r is not None:
-                    self._resv.append(r)
-                self._refresh(same=True)
-            else:
-                if self._conservative:
-                    self._plan(row, now=True)
-                usable, self._view = self._views.get(a, (None, ()))
-                if cfg.place:
-                    self._cands = st.candidates(row, cfg.max_candidates, usable)
-                    self._phase, self._selected = 1, a
-                else:
-                    nodes = st.best_fit(row, usable)
-                    assert nodes is not None  # it may start: the mask said so
-                    st.start(row, nodes, self._view)
-                    self._refresh()
+            same = self._pick(a)
+            if self._phase == 0:
+                self._refresh(same)
         reward += st.pop_reward()
         terminated = st.done
         truncated = not terminated and self._steps >= self._max_steps
@@ -755,6 +763,37 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
         if terminated:
             info["episode_metrics"] = self._episode_metrics()
         return self._observe(), float(reward), terminated, truncated, info
+
+    def _pick(self, a: int) -> bool:
+        """Carry out legal job action ``a`` of the job phase (module docstring).
+
+        Returns whether the cluster and the queue are as they were (the job was reserved
+        or planned later, not started). With ``place`` and a job that may start, the
+        placement phase follows instead (its candidates are set).
+        """
+        cfg = self.config
+        st = self.stepper
+        row = int(self._rows[a])
+        if self._conservative and not self._may[a]:
+            self._plan(row, now=False)
+            return True
+        if not self._fit_now[a]:  # queue order: its partition's first blocked job
+            r = st.reserve(row, _BF.bf_window)
+            self._resv_parts.add(int(st.jobs.part[row]))
+            if r is not None:
+                self._resv.append(r)
+            return True
+        if self._conservative:
+            self._plan(row, now=True)
+        usable, self._view = self._views.get(a, (None, ()))
+        if cfg.place:
+            self._cands = st.candidates(row, cfg.max_candidates, usable)
+            self._phase, self._selected = 1, a
+        else:
+            nodes = st.best_fit(row, usable)
+            assert nodes is not None  # it may start: the mask said so
+            st.start(row, nodes, self._view)
+        return False
 
     def _why(self, a: int) -> str:
         mj = self.config.max_jobs

@@ -661,6 +661,52 @@ def test_a_pick_that_reserves_keeps_the_observation(plan):
     assert term and kept > 10  # (21 with EASY, 503 conservative when written)
 
 
+def _state_rule(env: SchedEnv, info) -> int:
+    """A pick that depends on the state only (the time and the jobs), not on the step."""
+    ok = legal(info)
+    if info["phase"] == 1:
+        return int(ok[(info["now"] + int(env.rows[env._selected])) % ok.size])
+    ids = env.stepper.jobs.job_id[info["rows"]]
+    mj = env.config.max_jobs
+    keys = [((int(ids[a]) if a < mj else 0) * 7919 + info["now"]) % 101 for a in ok]
+    return int(ok[int(np.argmax(keys))])
+
+
+def _rule_episode(env: SchedEnv):
+    """``(start times, return, steps, forced decisions after the first)``."""
+    _, info = env.reset(seed=0)
+    ret, steps, forced, done = 0.0, 0, 0, False
+    while not done:
+        if steps and info["phase"] == 0:
+            m = info["action_mask"]
+            forced += int(m.sum() == 1 and not m[-1])
+        _, r, term, trunc, info = env.step(_state_rule(env, info))
+        ret, steps, done = ret + r, steps + 1, term or trunc
+    assert term
+    return env.result().start.tolist(), ret, steps, forced
+
+
+@pytest.mark.parametrize("setup", [
+    {"actions": "queue", "bf_plan": "conservative", "starvation_limit": 1500,
+     "starvation_order": "policy", "express_limit": 150},
+    {"actions": "queue", "bf_plan": "easy", "starvation_limit": 1500,
+     "starvation_order": "policy", "express_limit": 150},
+    {"actions": "queue", "place": True},
+    {"actions": "fits", "hold": False},
+])
+def test_taking_forced_picks_keeps_the_schedule_in_fewer_steps(setup):
+    # the env takes a pick with one legal action itself: the same picks give the same
+    # schedule and return, in as many fewer steps as there were forced decisions, and
+    # the agent meets none (the first decision of an episode stays the agent's)
+    recs = _whole_node_records(7)
+    plain = _rule_episode(tiny_env(recs, nodes=12, max_jobs=16, **setup))
+    taken = _rule_episode(tiny_env(recs, nodes=12, max_jobs=16, take_forced=True, **setup))
+    assert taken[0] == plain[0]
+    assert taken[1] == pytest.approx(plain[1], rel=1e-9, abs=1e-9)
+    assert plain[3] > 5 and taken[3] == 0
+    assert taken[2] == plain[2] - plain[3]
+
+
 def test_guarded_conservative_queue_order_picks_the_lifted_jobs_first():
     # 2 nodes, busy until 100; at 100 jobs 2 and 3 have waited past the 30 s limit, 4
     # has not: 2 and 3 are the legal picks until both are picked (3 fits and starts; 2,

@@ -201,6 +201,11 @@ def test_queue_order_reaches_training_and_validation_episodes():
         TrainConfig(actions="every")
 
 
+def test_taking_forced_picks_reaches_training_and_validation_episodes():
+    assert [e.take_forced for e in TrainConfig(take_forced=True).env_configs(100)] == [True] * 2
+    assert [e.take_forced for e in TrainConfig().env_configs(100)] == [False] * 2
+
+
 def test_the_backlog_weight_reaches_training_and_validation_episodes():
     cfg = TrainConfig(backlog=0.5)
     assert [e.backlog for e in cfg.env_configs(100)] == [0.5, 0.5]
@@ -883,9 +888,11 @@ def test_train_rl_replays_with_the_backfill_plan_given(tmp_path):
     out = tmp_path / "run"
     res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
                   *_SMALL_RUN, "--budget", "1u", "--algo-opt", "episodes=2", "--val-deployed",
-                  "--bf-plan", "conservative", "--actions", "queue")
+                  "--bf-plan", "conservative", "--actions", "queue", "--take-forced")
     assert res.exit_code == 0, res.output + repr(res.exception)
     cfg = json.loads((out / "config.json").read_text())
+    assert cfg["train"]["take_forced"]  # and both kinds of episode take forced picks
+    assert [cfg["env"][k]["take_forced"] for k in ("train", "eval")] == [True] * 2
     # the teacher's, validation's and Slurm's replays all read these options, and the
     # episodes in queue order plan as they do
     assert cfg["command"]["bf_plan"] == "conservative"
