@@ -46,7 +46,8 @@ Queue order (``actions="queue"``)
     env starts every job when the engine's FIFO with conservative backfill does. Behind
     the starvation guard the picks follow the helper's ranking: while a job of a higher
     tier is still to be picked, only those are legal (the express lane's, starving ones
-    first; then the starving ones, the oldest first with ``age``; then the rest), so
+    first; then the starving ones; with ``age`` the starving ones of a tier one at a
+    time, the oldest first; then the rest), so
     the plan reserves in the order the guarded ranking gives Slurm, and picks by shortest
     limit start every job when the engine's guarded ``sjf`` does. With
     the default ``actions="fits"`` only the jobs
@@ -74,7 +75,7 @@ Starvation guard
     their time limit, before the oldest starving job's shadow time
     (:meth:`~trainer.sim.stepper.Stepper.shadow`): EASY backfill around its
     reservation, conservatively (Slurm also lets jobs run past the shadow time on nodes
-    the reservation does not need). With ``express_limit`` (``policy`` order), while a
+    the reservation does not need). With ``express_limit`` (either order), while a
     visible job whose time limit is at most that fits, those are the legal jobs, before
     any starving one: the helper's express lane ranks them above every other job (the
     lane's jobs that do not fit hold no reservation here). ``job_mask`` and the action
@@ -253,7 +254,7 @@ class EnvConfig:
     ``age`` (oldest first) or ``policy`` (the agent's choice)."""
     express_limit: float = 0.0
     """The guard's express lane, as the helper's ``express_limit`` (seconds; 0: none;
-    ``policy`` order and a guard only): while a visible job whose time limit is at most
+    a guard only): while a visible job whose time limit is at most
     this fits, the legal jobs are those (module docstring, *Starvation guard*)."""
     warm_start: bool = False
     """Start each episode from the state another replay of the whole table (the
@@ -641,23 +642,20 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
     def _tiers(self, rows: np.ndarray, left: np.ndarray) -> list[np.ndarray]:
         """The starvation guard's tiers, highest first, as the helper ranks the queue.
 
-        The express lane's jobs (starving ones first), then the starving ones (with
-        ``starvation_order`` ``age``, one at a time, the oldest first: Slurm's age factor
-        orders them); the rest of the visible jobs come after them all. None without a
-        guard. ``left``: the visible jobs not yet picked.
+        The express lane's jobs (starving ones first), then the starving ones; with
+        ``starvation_order`` ``age`` the starving ones of each tier one at a time, the
+        oldest first (Slurm's age factor orders them). The rest of the visible jobs come
+        after them all. None without a guard. ``left``: the visible jobs not yet picked.
         """
         cfg = self.config
         if cfg.starvation_limit <= 0 or not rows.size:
             return []
         st = self.stepper
         starving = self._starving(rows)
-        if cfg.starvation_order == "age":  # (no express lane: checked by the config)
-            oldest = np.zeros_like(starving)
-            if (starving & left).any():  # (rows in arrival order)
-                oldest[int(np.flatnonzero(starving & left)[0])] = True
-            return [oldest]
         lane = (in_lane(st.jobs.limit[rows], cfg.express_limit) if cfg.express_limit > 0
                 else np.zeros_like(starving))
+        if cfg.starvation_order == "age":
+            return [_oldest(lane & starving & left), lane, _oldest(starving & left)]
         return [lane & starving, lane, starving]
 
     def _starving(self, rows: np.ndarray) -> np.ndarray:
@@ -894,6 +892,14 @@ class SchedEnv(gymnasium.Env[dict[str, Any], np.int64]):
 
 
 # ---------------------------------------------------------------------------- constructors
+def _oldest(mask: np.ndarray) -> np.ndarray:
+    """The first job of ``mask`` only (visible rows are in arrival order: the oldest)."""
+    out = np.zeros_like(mask)
+    if mask.any():
+        out[int(np.flatnonzero(mask)[0])] = True
+    return out
+
+
 def incumbent_times(jobs: JobTable, cluster: Cluster, policy: Policy,
                     options: SchedulerOptions, speed_model: str = "none", seed: int = 0
                     ) -> tuple[np.ndarray, np.ndarray]:

@@ -575,10 +575,12 @@ class StarvationGuard(Wrapped):
     helper re-ranks every cycle (the offset keeps starving jobs above the jobs that
     arrive in between, which the engine scores alone).
 
-    With ``express`` > 0 (the helper's ``express_limit``, ``policy`` order only), a job
-    whose time limit is at most that many seconds scores above even the starving ones,
-    (:data:`STARVING` twice plus its rank among them by the guarded score, so starving
-    express jobs first), as :func:`slurm_plugin.helper.decide.targets` lifts them.
+    With ``express`` > 0 (the helper's ``express_limit``), a job whose time limit is at
+    most that many seconds scores above even the starving ones (:data:`STARVING` twice
+    plus its rank among them by the guarded score, so starving express jobs first: in
+    the inner order with ``policy``, the oldest first with ``age``), as
+    :func:`slurm_plugin.helper.decide.targets` lifts them (with ``age``, in the lane's
+    part of the band, the starving ones at its top where Slurm's age factor orders them).
 
     Args:
         inner: The policy whose order is guarded.

@@ -140,7 +140,7 @@ class GuardSetting:
 
     ``resolution``: the model's scores rounded to multiples of it (the helper's
     ``score_resolution``; 0: exact). ``express``: the guard's express lane (the
-    helper's ``express_limit``, seconds; 0: none; ``policy`` order only).
+    helper's ``express_limit``, seconds; 0: none; either order).
     """
 
     limit: float
@@ -185,10 +185,10 @@ def grid(limits: Sequence[float] = DEFAULT_LIMITS,
          expresses: Sequence[float] = (0.0,)) -> list[GuardSetting]:
     """The settings a sweep tries: every limit in every order (limit first).
 
-    Per resolution and per express lane; a lane only in ``policy`` order, which it needs.
+    Per resolution and per express lane.
     """
     return [GuardSetting(x, o, r, e) for e in expresses for r in resolutions for x in limits
-            for o in orders if not (e and o != "policy")]
+            for o in orders]
 
 
 def _resolution(t: str) -> float:
@@ -829,7 +829,7 @@ def write_sweep(res: GuardSweep, out: Path, extra: Mapping[str, Any] | None = No
                    " 0,0.2): the model's scores rounded to multiples of each, as the"
                    " helper's score_resolution rounds them (0: exact scores).")
 @click.option("--express-limits", default="0", show_default=True,
-              help="Express lanes to try with every policy-order guard, comma-separated"
+              help="Express lanes to try with every guard, comma-separated"
                    " (seconds, or 15m, 1h...; e.g. 0,10m,15m): jobs whose time limit is at"
                    " most this go above every other, starving ones included, as the"
                    " helper's express_limit (0: none).")
@@ -891,9 +891,6 @@ def tune_guard(model: str, limits: str, orders: str, workers: int, p99_slack: fl
     if not ords or bad:
         raise click.BadParameter(f"{', '.join(bad) or 'none given'}: use age and/or policy",
                                  param_hint="--orders")
-    if any(xs) and "policy" not in ords:
-        raise click.BadParameter("an express lane needs the policy order: add policy to"
-                                 " --orders", param_hint="--express-limits")
     sim = resolve(json=json_, **kwargs)
     over: dict[str, Any] = {"train": train_share, "val": val_share, "warmup": warmup,
                             "switch_wait": switch_wait, "rescore": rescore}

@@ -134,8 +134,9 @@ class HelperConfig:
                                    " waited as long. Choose it on your own history with"
                                    " 'rlsched tune-guard MODEL ...'.", kind="duration")
     starvation_order: str = _key("age", "How those starving jobs are ordered among"
-                                 " themselves: 'age' (all at band_hi, Slurm's age factor"
-                                 " puts the oldest first: the tightest bound on the longest"
+                                 " themselves: 'age' (all at band_hi, or with an express"
+                                 " lane just below it, and Slurm's age factor puts the"
+                                 " oldest first: the tightest bound on the longest"
                                  " wait) or 'policy' (ranked at the top of the band in the"
                                  " model's order: less loss on a loaded machine, longer"
                                  " longest waits; 'rank' mapping only).",
@@ -144,9 +145,12 @@ class HelperConfig:
                                 " at most this (seconds) goes above every other job,"
                                 " starving ones included, so that short jobs need not"
                                 " wait behind the wide starving jobs the guard releases"
-                                " back to back (0: off; needs starvation_order ="
-                                " \"policy\"). Try it on your history with 'rlsched"
-                                " evaluate MODEL --express-limit 900 ...'.", kind="duration")
+                                " back to back (0: off). With starvation_order ="
+                                " \"age\" the lane takes about the top quarter of the band,"
+                                " kept more than Slurm's PriorityWeightAge above the starving"
+                                " jobs (the helper reads it from Slurm). Try it on your"
+                                " history with 'rlsched evaluate MODEL --express-limit 900"
+                                " ...'.", kind="duration")
     score_resolution: float = _key(0.0, "Scores closer than this (in logits) are equals:"
                                    " the scores are rounded to multiples of it and"
                                    " Slurm's own factors (age first) order the jobs that"

@@ -414,7 +414,7 @@ class Helper:
         if obs.n_jobs and obs.n_nodes:
             t2 = time.perf_counter()
             mask = np.ones(obs.n_jobs, dtype=bool) if cfg.rank_all else None
-            rule = cfg.rule()
+            rule = self._rule()
             scores = decide.quantize(scorer.score(obs, job_mask=mask)[:-1],
                                      rule.score_resolution)
             timings["score"] = time.perf_counter() - t2
@@ -523,6 +523,18 @@ class Helper:
         return [Change(pending[r].job_id, "switches", None, (1, wait), "locality")
                 for r in rows]
 
+    def _rule(self) -> decide.SiteFactorRule:
+        """The configured rule, with Slurm's ``PriorityWeightAge`` where it matters.
+
+        For the express lane in ``age`` order :func:`decide.lane_levels` keeps the lane
+        that far above the starving jobs.
+        """
+        rule = self.cfg.rule()
+        if rule.split:
+            age = int(self._config().priority_weights.get("age", 0))
+            rule = replace(rule, age_weight=age)
+        return rule
+
     def _config(self) -> SchedulerConfig:
         """Slurm's configuration, read once (it changes only with a reconfigure)."""
         if self._slurm_config is None:
@@ -565,7 +577,7 @@ class Helper:
             est = {u: (float(ratio[i]), float(share[i]), float(loc[i]))
                    for i, u in enumerate(users)}
         self.hint_context = HintContext(now, nodes_raw, obs.globals.copy(), scores.copy(),
-                                        model.norm, scorer, self.cfg.rule(), est)
+                                        model.norm, scorer, self._rule(), est)
 
     # ------------------------------------------------------------------ committing
     def _commit(self, rep: CycleReport, changes: list[Change], real: list[Change],

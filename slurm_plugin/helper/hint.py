@@ -44,7 +44,7 @@ import numpy as np
 
 from ..features import JOB_FEATURES, JobsRaw, NodesRaw, Normalisation, featurize
 from ..scorer import OnnxScorer
-from .decide import MAPPINGS, SiteFactorRule, in_lane, quantize
+from .decide import MAPPINGS, SiteFactorRule, in_lane, lane_levels, quantize
 
 __all__ = [
     "MAX_REQUEST",
@@ -154,7 +154,9 @@ def advise(ctx: HintContext, req: HintRequest, user: str | None = None) -> int:
     derives it for a pending job (totals over nodes, rounded up; neither CPUs nor GPUs
     means whole nodes). A job the express lane takes (a time limit of at most
     ``express_limit``) gets the top of the band, as the lane puts it above every job
-    outside it; the next cycle ranks it among the lane's other jobs.
+    outside it; the next cycle ranks it among the lane's other jobs. With the lane in
+    ``age`` order another job is ranked in the band's part below the starving jobs
+    (:func:`~slurm_plugin.helper.decide.lane_levels`), as the cycle ranks it.
     """
     if in_lane(req.limit_s, ctx.rule.express_limit):
         return int(ctx.rule.hi)
@@ -177,8 +179,11 @@ def advise(ctx: HintContext, req: HintRequest, user: str | None = None) -> int:
     obs = replace(obs, jobs=jobs, globals=ctx.globals)
     score = quantize(ctx.scorer.score(obs, job_mask=np.ones(1, dtype=bool))[:1],
                      ctx.rule.score_resolution)  # (as the cycle rounds the queue's)
-    values = MAPPINGS[ctx.rule.mapping](np.append(ctx.scores, score), ctx.rule)
-    return int(np.clip(values[-1], ctx.rule.lo, ctx.rule.hi))
+    rule = ctx.rule
+    if rule.split:  # the lane in age order: the queue outside it is ranked below S
+        rule = replace(rule, hi=lane_levels(rule)[0], express_limit=0.0)
+    values = MAPPINGS[rule.mapping](np.append(ctx.scores, score), rule)
+    return int(np.clip(values[-1], rule.lo, rule.hi))
 
 
 # ---------------------------------------------------------------------------- server

@@ -70,8 +70,16 @@ def test_enforce_reorders_the_queue_into_the_policys_order(slurm, submit: Submit
     assert sorted(ids, key=lambda i: (starts[i], i)) == policy
 
 
+@pytest.mark.parametrize("order, want", [
+    # policy: evenly ranked, the lane on top; age: the band split around Slurm's
+    # PriorityWeightAge (1000 on the test cluster, read by the helper): the starving job
+    # and the rest's best share S = (100000 - 1001) * 3 // 4, the lane from S + 1001 up
+    ("policy", {"short": (100000, "express"), "old": (50000, "starvation"), "mid": (0, None)}),
+    ("age", {"short": (100000, "express"), "old": (74249, "starvation"),
+             "mid": (74249, "policy")}),
+])
 def test_express_lane_starts_a_short_job_before_a_starving_one(slurm, submit: Submit, model,
-                                                               tmp_path):
+                                                               tmp_path, order, want):
     blocker = submit("-N", "16", "--exclusive", "-t", "10", name="blocker")
     wait_for(lambda: running(slurm, blocker), what="blocker to start")
     old = submit("-N", "16", "--exclusive", "-t", "50", sleep=2, name="old")
@@ -84,11 +92,13 @@ def test_express_lane_starts_a_short_job_before_a_starving_one(slurm, submit: Su
     # the 5-minute job takes the lane (at most 10 min) above the starving 50-minute one;
     # the 20-minute job, the policy's second, stays below it
     helper, log = make_helper(tmp_path, model, starvation_limit=8.0,
-                              starvation_order="policy", express_limit=600.0)
+                              starvation_order=order, express_limit=600.0)
     rep = helper.run_once()
     assert rep.ok, (rep.error, log.getvalue())
-    assert {c.job_id: c.reason for c in rep.changes} == {short: "express", old: "starvation"}
-    assert site_factors(slurm, ids) == {short: 100000, old: 50000, mid: 0}
+    by = {"short": short, "old": old, "mid": mid}
+    assert {c.job_id: c.reason for c in rep.changes} == {
+        by[k]: why for k, (_, why) in want.items() if why}
+    assert site_factors(slurm, ids) == {by[k]: v for k, (v, _) in want.items()}
     scancel(blocker)
     wait_for(lambda: not any(job_of(slurm, i) for i in ids), timeout=120,
              what="the queue to drain")

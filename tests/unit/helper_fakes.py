@@ -66,6 +66,7 @@ class FakeSlurm(SlurmClient):
         self.fail_reads: str | None = None
         self.fail_writes: set[int] | None = None  # job ids; empty set: every write fails
         self.write_error = "timed out after 1 s"
+        self.priority_weights: dict[str, int] = {}  # Slurm's PriorityWeight*, by factor
 
     # reading
     def jobs(self, states=("PENDING", "RUNNING")):
@@ -83,7 +84,8 @@ class FakeSlurm(SlurmClient):
         return self._tree
 
     def config(self):
-        return SchedulerConfig("testcluster", "22.05.8", "priority/multifactor", {}, 86400, 0,
+        return SchedulerConfig("testcluster", "22.05.8", "priority/multifactor",
+                               dict(self.priority_weights), 86400, 0,
                                "sched/backfill", {}, "select/cons_tres", "topology/tree")
 
     def accounting(self, start, end, *, states=(), all_users=True):  # pragma: no cover

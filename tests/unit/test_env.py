@@ -337,9 +337,10 @@ def test_express_lane_in_the_env_on_a_hand_computed_case():
     assert seen == [(0, [1]), (100, [3]), (105, [2])] and starts == [0, 105, 100]
     # a lane shorter than every limit changes nothing
     assert _guarded_run(30.0, "policy", recs, express_limit=4.0)[0] == [0, 100, 300]
-    with pytest.raises(ValueError, match="policy order"):
-        EnvConfig(starvation_limit=30.0, express_limit=10.0)  # age order
-    with pytest.raises(ValueError, match="policy order"):
+    # in age order too: the lane goes above the starving job
+    starts, seen = _guarded_run(30.0, "age", recs, express_limit=10.0)
+    assert seen == [(0, [1]), (100, [3]), (105, [2])] and starts == [0, 105, 100]
+    with pytest.raises(ValueError, match="needs the starvation guard"):
         EnvConfig(starvation_order="policy", express_limit=10.0)  # no guard
     with pytest.raises(ValueError, match="express_limit must be"):
         EnvConfig(starvation_limit=30.0, starvation_order="policy", express_limit=-1.0)

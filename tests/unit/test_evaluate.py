@@ -770,10 +770,17 @@ def test_evaluate_command(tmp_path, tiny_checkpoint):
     assert lane.exit_code == 0, lane.output + repr(lane.exception)
     assert "policy order, jobs of at most 15 min above them (express lane), the other" in (
         lane.output)
-    aged = CliRunner().invoke(cli.main, [
+    aged = CliRunner().invoke(cli.main, [  # the lane in age order (the default)
         "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
-        "--express-limit", "900"])
-    assert aged.exit_code == 2 and "needs starvation_order" in aged.output
+        "--starvation-limit", "3600", "--express-limit", "900", "--guard-heuristics",
+        "--baselines", "lrf", "--resamples", "0"])
+    assert aged.exit_code == 0, aged.output + repr(aged.exception)
+    assert "age order, jobs of at most 15 min above them (express lane), the other" in (
+        aged.output)
+    unguarded = CliRunner().invoke(cli.main, [
+        "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
+        "--starvation-limit", "0", "--express-limit", "900"])
+    assert unguarded.exit_code == 2 and "needs the starvation guard" in unguarded.output
     deployed = tmp_path / "deployed"  # as a helper.toml deploys it; an option wins over it
     site = CliRunner().invoke(cli.main, [
         "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
@@ -1076,34 +1083,39 @@ class _Fixed(Policy):
         return self.scores[idx]
 
 
-def test_express_lane_in_the_guard_orders_the_queue_as_the_helper_does():
+@pytest.mark.parametrize("order", ["policy", "age"])
+def test_express_lane_in_the_guard_orders_the_queue_as_the_helper_does(order):
     from slurm_plugin.helper.decide import SiteFactorRule, targets
     from trainer.evaluate import STARVING, StarvationGuard
     from trainer.sim.policies import ScoreContext
 
     jobs, cl = _table(40)
     rng = np.random.default_rng(5)
-    rule = SiteFactorRule(lo=0, hi=10**9, starvation_order="policy", express_limit=900.0,
-                          starvation_limit=3000.0)
+    # with age, Slurm adds its age factor (PriorityWeightAge 1000, PriorityMaxAge 7 d)
+    # to the site factors, and the helper keeps the lane that far above the starving
+    age_weight = 1000 if order == "age" else 0
+    rule = SiteFactorRule(lo=0, hi=10**9, starvation_order=order, express_limit=900.0,
+                          starvation_limit=3000.0, age_weight=age_weight)
     for _ in range(20):
         scores = rng.permutation(40).astype(np.float64) - 20.0  # distinct
         limit = rng.choice([60, 300, 900, 901, 3600, 86400], size=40)
         table = dataclasses.replace(jobs, limit=limit.astype(jobs.limit.dtype))
         now = int(jobs.eligible.max()) + int(rng.integers(0, 6000))
-        guard = StarvationGuard(_Fixed(scores), 3000.0, "policy", express=900.0)
+        guard = StarvationGuard(_Fixed(scores), 3000.0, order, express=900.0)
         idx = np.arange(40)
         ctx = ScoreContext(now, cl, NodeState(cl), np.zeros(1), np.random.default_rng(0),
                            None)
         sim = guard.score(table, idx, ctx)
         waited = (now - table.eligible).astype(np.float64)
         values, lifted = targets(scores, waited, rule, limit)
+        slurm = values + age_weight * np.minimum(waited / (7 * 86400), 1.0)
         assert np.argsort(-sim, kind="stable").tolist() == np.argsort(
-            -values, kind="stable").tolist()
+            -slurm, kind="stable").tolist()
         short = limit <= 900
         assert (sim[short] >= 2 * STARVING).all() and (sim[~short] < 2 * STARVING).all()
         assert lifted.tolist() == (short | (waited > 3000)).tolist()
-    with pytest.raises(ValueError, match="needs starvation_order"):
-        StarvationGuard(_Fixed([0.0]), 3000.0, "age", express=900.0)
+    with pytest.raises(ValueError, match="needs the starvation guard"):
+        StarvationGuard(_Fixed([0.0]), 0.0, "age", express=900.0)
 
 
 def test_evaluate_puts_the_models_and_baselines_behind_the_express_lane(tiny_checkpoint):
@@ -1125,8 +1137,6 @@ def test_evaluate_puts_the_models_and_baselines_behind_the_express_lane(tiny_che
     assert f"jobs of at most {lane.express_limit / 60:g} min above them (express lane)" in (
         guard_setup(b.targets))
     assert a.targets is not None and "express" not in guard_setup(a.targets)
-    with pytest.raises(ValueError, match="needs starvation_order"):
-        dataclasses.replace(lane, starvation_order="age")
     with pytest.raises(ValueError, match="needs the starvation guard"):
         dataclasses.replace(lane, starvation_limit=0.0)
 

@@ -64,12 +64,11 @@ def test_express_lanes_in_settings_labels_and_the_grid():
     assert parse_expresses("0, 15m,900,1h") == (0.0, 900.0, 3600.0)
     with pytest.raises(click.BadParameter):
         parse_expresses("soon")
-    # a lane only with the policy order, which it needs
+    # a lane with either order
     assert grid([86400.0], ["age", "policy"], [0.0], [0.0, 900.0]) == [
         GuardSetting(86400.0), GuardSetting(86400.0, "policy"),
-        GuardSetting(86400.0, "policy", express=900.0)]
-    with pytest.raises(ValueError, match="needs starvation_order"):
-        GuardSetting(86400.0, "age", express=900.0)
+        GuardSetting(86400.0, express=900.0), GuardSetting(86400.0, "policy", express=900.0)]
+    assert GuardSetting(86400.0, "age", express=900.0).label == "1d age, x=15m"
     with pytest.raises(ValueError, match="needs the starvation guard"):
         GuardSetting(0.0, "policy", express=900.0)
 
@@ -341,15 +340,15 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert tied["choice"]["score_resolution"] == chosen
     assert f"score_resolution = {chosen:g}" in r.output
     assert ("--score-resolution" in r.output) == (chosen > 0)
-    # with express lanes: each policy-order guard once per lane, and the helper lines
+    # with express lanes: each guard once per lane, and the helper lines
     lanes = tmp_path / "x"
     r = _tune(tiny_checkpoint, lanes, "--orders", "age,policy", "--express-limits", "0,1h",
               "--windows", "1")
     swept = json.loads((lanes / "guard.json").read_text())
     assert swept["express_limits"] == [0.0, 3600.0]
     assert [x["setting"]["label"] for x in swept["rows"]] == [
-        "none", "1h age", "1h policy", "2d age", "2d policy", "1h policy, x=1h",
-        "2d policy, x=1h"]
+        "none", "1h age", "1h policy", "2d age", "2d policy", "1h age, x=1h",
+        "1h policy, x=1h", "2d age, x=1h", "2d policy, x=1h"]
     lane = swept["rows"][swept["choice"]["row"]]["setting"]["express"]
     assert swept["choice"]["express_limit"] == lane
     assert f"express_limit = {lane:.1f}" in r.output
@@ -361,9 +360,8 @@ def test_tune_guard_command(tmp_path, tiny_checkpoint):
     assert "--rescore 300 (same input options)" in r.output
     assert json.loads((slow / "guard.json").read_text())["rescore"] == 300.0
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
-                                        str(LUBLIN), "--express-limits", "15m",
-                                        "--orders", "age"])
-    assert bad.exit_code != 0 and "needs the policy order" in bad.output
+                                        str(LUBLIN), "--express-limits", "soon"])
+    assert bad.exit_code != 0 and "seconds, or 15m, 1h" in bad.output
     bad = CliRunner().invoke(cli.main, ["tune-guard", str(tiny_checkpoint), "--trace",
                                         str(LUBLIN), "--resolutions", "-1"])
     assert bad.exit_code != 0 and "a score resolution is a number >= 0" in bad.output

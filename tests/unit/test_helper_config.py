@@ -91,7 +91,6 @@ def test_world_writable_config_is_refused(tmp_path):
     ('switch_wait = "2d"\n', "switch_wait must be at most 86400 s"),
     ("switch_wait = 0\n", "switch_wait must be positive"),
     ('steering = "features"\n', "steering = 'features'"),
-    ('express_limit = "15m"\n', "express_limit needs starvation_order"),
     ('express_limit = -60\nstarvation_order = "policy"\n', "express_limit must be a finite"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, match):
@@ -117,3 +116,5 @@ def test_rule_reflects_the_band_and_mapping(tmp_path):
     assert r.express_limit == 0.0
     cfg = C.load_config(_write(tmp_path, 'express_limit = "15m"\nstarvation_order = "policy"\n'))[0]
     assert cfg.rule().express_limit == 900.0  # a duration, as the other times
+    aged = C.load_config(_write(tmp_path, 'express_limit = "15m"\n'))[0].rule()  # age order
+    assert aged.express_limit == 900.0 and aged.starvation_order == "age" and aged.split

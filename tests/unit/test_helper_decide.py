@@ -104,9 +104,52 @@ def test_targets_express_lane_lifts_short_jobs_above_the_starving_ones():
     assert [c.reason for c in changes][-1] == "policy"  # lifted jobs are written first
 
 
-def test_express_lane_needs_policy_order_and_a_sane_limit():
-    with pytest.raises(ValueError, match="needs starvation_order"):
-        D.SiteFactorRule(express_limit=600.0)  # the default order is age
+def test_targets_express_lane_in_age_order_splits_the_band():
+    # band 0..1000, Slurm's PriorityWeightAge 100: S = (1000 - 101) * 3 // 4 = 674, the
+    # lane from X = 775 up; the starving jobs outside the lane all at S (age orders them
+    # and the rest's best), the starving express job at hi, the other express jobs below
+    rule = D.SiteFactorRule(lo=0, hi=1000, hysteresis=5, starvation_limit=1000,
+                            express_limit=600.0, age_weight=100)
+    assert rule.split and D.lane_levels(rule) == (674, 775)
+    scores = np.array([1.0, 2.0, 3.0, 0.5, 4.0, -1.0, 0.0])
+    waited = np.array([5000.0, 9000.0, 1.0, 2000.0, 10.0, 3000.0, 20.0])  # 0 1 3 5 starve
+    limits = np.array([3600, 7200, 600, 300, 0, 120, 60])  # 2 3 5 6 express; 4 unknown
+    values, lifted = D.targets(scores, waited, rule, limits)
+    assert lifted.tolist() == [True, True, True, True, False, True, True]
+    # lane: 3 and 5 starving, at hi (Slurm's age factor puts 5, older, first), then 2
+    # (score 3) above 6 (score 0), ranked below them in [775, 1000] (the starving ones
+    # take the top two of four ranks); starving 0 and 1 at S; job 4 alone in [0, S]
+    assert values.tolist() == [674, 674, 850, 1000, 674, 1000, 775]
+    assert values[[2, 6]].min() >= 775 and values[4] <= 674
+    # with no job in the lane the levels hold: the rest below S, the starving at S
+    quiet, _ = D.targets(scores, waited, rule, np.full(7, 3600))
+    assert quiet.max() == 674 and quiet[[0, 1, 3, 5]].tolist() == [674] * 4
+    # the plan: exact where age orders (starving at S or at hi); the lane's others only
+    # until they are in its part of the band, then within the hysteresis
+    ids = np.arange(7)
+    cur = np.array([674, 670, 800, 990, 674, 1000, 700])
+    changes, _ = D.plan_site_factors(ids, values, lifted, cur, np.argsort(-scores), rule,
+                                     D.express_jobs(limits, rule))
+    assert {c.job_id: (c.new, c.reason) for c in changes} == {
+        1: (674, "starvation"), 2: (850, "express"), 3: (1000, "express"),
+        6: (775, "express")}
+    near = np.array([674, 674, 847, 1000, 674, 1000, 775])  # 2 within 5 of 850: left
+    assert D.plan_site_factors(ids, values, lifted, near, np.argsort(-scores), rule,
+                               D.express_jobs(limits, rule))[0] == []
+
+
+def test_express_lane_needs_a_guard_a_sane_limit_and_room_in_age_order():
+    assert D.SiteFactorRule(express_limit=600.0).split  # the default order is age
+    assert not D.SiteFactorRule(express_limit=600.0, starvation_order="policy").split
+    with pytest.raises(ValueError, match="needs the starvation guard"):
+        D.SiteFactorRule(express_limit=600.0, starvation_limit=0.0)
+    with pytest.raises(ValueError, match=r"band wider than Slurm's PriorityWeightAge \(1000\)"
+                                         r" \+ 2: band_hi - band_lo is 1002; widen the band"):
+        D.SiteFactorRule(lo=0, hi=1002, express_limit=600.0, age_weight=1000)
+    D.SiteFactorRule(lo=0, hi=1003, express_limit=600.0, age_weight=1000)  # room for one
+    D.SiteFactorRule(lo=0, hi=10, age_weight=1000)  # no lane: no split, any band
+    with pytest.raises(ValueError, match="age_weight"):
+        D.SiteFactorRule(age_weight=-1)
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="express_limit must be"):
             D.SiteFactorRule(starvation_order="policy", express_limit=bad)

@@ -90,6 +90,12 @@ def test_advice_puts_a_job_of_the_express_lane_at_the_top():
     assert H.advise(lane, H.HintRequest(limit_s=900)) == 300
     assert H.advise(lane, H.HintRequest(limit_s=901)) == 100  # outside the lane
     assert H.advise(lane, H.HintRequest()) == 0  # unknown limit: never in the lane
+    # in age order the band is split: the lane's top for an express job, the rest of
+    # the queue below S = (300 - 1) * 3 // 4 = 224, where the cycle ranks it
+    aged = dataclasses.replace(ctx, rule=SiteFactorRule(lo=0, hi=300, express_limit=900.0))
+    assert H.advise(aged, H.HintRequest(limit_s=900)) == 300
+    assert H.advise(aged, H.HintRequest(limit_s=901)) == 75  # third of four in [0, 224]
+    assert H.advise(aged, H.HintRequest()) == 0
 
 
 def test_advice_rounds_the_new_jobs_score_as_the_cycle_rounds_the_queues():

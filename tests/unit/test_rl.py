@@ -242,8 +242,9 @@ def test_train_guard_carries_the_express_lane_to_the_env_and_the_deployed_replay
         assert env.express_limit == 0.0
     for env in dataclasses.replace(cfg, train_guard=True).env_configs(100):
         assert env.express_limit == 900.0
-    with pytest.raises(ValueError, match="needs starvation_order"):
-        TrainConfig(express_limit=900.0)  # age order
+    aged = dataclasses.replace(cfg, starvation_order="age", train_guard=True)  # either order
+    assert [(e.starvation_order, e.express_limit) for e in aged.env_configs(100)] == [
+        ("age", 900.0)] * 2
     with pytest.raises(ValueError, match="needs the starvation guard"):
         TrainConfig(express_limit=900.0, starvation_order="policy", starvation_limit=0.0)
     spec, tcfg = _short(budget_steps=200, budget_updates=None, starvation_limit=60.0,
@@ -937,7 +938,8 @@ def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
     for opts, why in ((("--val-metric", "wait_p95"), "--val-metric"),
                       (("--val-deployed", "--val-metric", "reward_sum"),
                        "val_deployed has no reward_sum"),
-                      (("--express-limit", "900"), "needs starvation_order")):
+                      (("--express-limit", "900", "--starvation-limit", "0"),
+                       "needs the starvation guard")):
         res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
                       str(tmp_path / "bad"), "--budget", "1u", *opts)
         assert res.exit_code != 0 and why in res.output
