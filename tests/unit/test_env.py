@@ -612,7 +612,8 @@ def test_fifo_conservative_queue_order_matches_the_batch_simulators_plan(seed):
 
 
 @pytest.mark.parametrize(("seed", "order", "express"),
-                         [(4, "age", 0), (5, "policy", 0), (6, "policy", 150)])
+                         [(4, "age", 0), (5, "policy", 0), (6, "policy", 150),
+                          (7, "age", 150)])
 def test_guarded_conservative_queue_order_matches_the_batch_simulators_guard(
         seed, order, express):
     # behind the guard (25 min; a 150 s express lane), picking in the guard's tiers by
