@@ -51,7 +51,7 @@ keep the policy's order among themselves (starving ones first). With ``starvatio
 = "policy"`` the lane is the top of the policy's ranking. With ``age`` the band is
 split (:func:`lane_levels`): the express jobs get its top part (the starving ones among
 them ``hi``, where Slurm's age factor orders them, the others ranked below), the other
-starving jobs one level ``S`` at least Slurm's ``PriorityWeightAge`` (``age_weight``,
+starving jobs one level ``S`` more than Slurm's ``PriorityWeightAge`` (``age_weight``,
 which the helper reads from Slurm) below the lane's floor, so that no difference in age
 lifts a starving job above a younger express one, and the rest of the queue is ranked
 in ``[lo, S]``. On an overloaded machine the
@@ -425,9 +425,13 @@ def plan_site_factors(job_ids: np.ndarray, values: np.ndarray, starving: np.ndar
         move |= st & (cur <= floor) & (cur != vals)  # not yet above every other job
     elif rule.split:
         # exact where age orders the jobs (the starving ones, at S or at hi); the lane's
-        # others until they are in its part of the band
+        # others until they are in its part of the band, the rest until they are at or
+        # below S (a value left from before the lane, within the hysteresis, would
+        # otherwise sit above the starving jobs)
+        lvl, floor = lane_levels(rule)
         move |= ((st & ~ex) | (ex & (vals == rule.hi))) & (cur != vals)
-        move |= ex & (cur < lane_levels(rule)[1]) & (cur != vals)
+        move |= ex & (cur < floor) & (cur != vals)
+        move |= ~st & (cur > lvl) & (cur != vals)
     else:
         move |= st & (cur != vals)
     pos = np.empty(len(order), dtype=np.int64)

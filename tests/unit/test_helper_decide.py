@@ -136,6 +136,12 @@ def test_targets_express_lane_in_age_order_splits_the_band():
     near = np.array([674, 674, 847, 1000, 674, 1000, 775])  # 2 within 5 of 850: left
     assert D.plan_site_factors(ids, values, lifted, near, np.argsort(-scores), rule,
                                D.express_jobs(limits, rule))[0] == []
+    # job 4 left just above S (within the hysteresis, from before the lane): lowered
+    above = near.copy()
+    above[4] = 677
+    assert [(c.job_id, c.new) for c in D.plan_site_factors(
+        ids, values, lifted, above, np.argsort(-scores), rule,
+        D.express_jobs(limits, rule))[0]] == [(4, 674)]
 
 
 def test_express_lane_needs_a_guard_a_sane_limit_and_room_in_age_order():
