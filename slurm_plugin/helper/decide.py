@@ -120,6 +120,7 @@ __all__ = [
     "lane_levels",
     "quantize",
     "rank_values",
+    "rest_rule",
     "leaf_waits",
     "steer",
     "starving_first",
@@ -315,6 +316,18 @@ def lane_levels(rule: SiteFactorRule) -> tuple[int, int]:
     return s, s + gap
 
 
+def rest_rule(rule: SiteFactorRule) -> SiteFactorRule:
+    """The rule the jobs neither in the lane nor starving are ranked by.
+
+    With the band split (:attr:`SiteFactorRule.split`) its part below ``S``
+    (:func:`lane_levels`); else ``rule`` itself. The cycle (:func:`targets`) and the hint
+    socket rank the queue with it alike.
+    """
+    if not rule.split:
+        return rule
+    return replace(rule, hi=lane_levels(rule)[0], express_limit=0.0)
+
+
 def targets(scores: np.ndarray, waited: np.ndarray, rule: SiteFactorRule,
             limits: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Target site factor per job and which jobs the guard lifts.
@@ -355,7 +368,7 @@ def _split_targets(s: np.ndarray, starving: np.ndarray, express: np.ndarray,
     ex = express if express.size else np.zeros(s.size, dtype=bool)
     values = np.full(s.size, lvl, dtype=np.int64)  # the starving jobs outside the lane
     rest = ~starving & ~ex
-    values[rest] = mapping(s[rest], replace(rule, hi=lvl, express_limit=0.0))
+    values[rest] = mapping(s[rest], rest_rule(rule))
     if ex.any():
         st = starving[ex]
         lane = mapping(starving_first(s[ex], st), replace(rule, lo=floor, express_limit=0.0))

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..features import JOB_FEATURES, JobsRaw, NodesRaw, Normalisation, featurize
 from ..scorer import OnnxScorer
-from .decide import MAPPINGS, SiteFactorRule, in_lane, lane_levels, quantize
+from .decide import MAPPINGS, SiteFactorRule, in_lane, quantize, rest_rule
 
 __all__ = [
     "MAX_REQUEST",
@@ -179,9 +179,7 @@ def advise(ctx: HintContext, req: HintRequest, user: str | None = None) -> int:
     obs = replace(obs, jobs=jobs, globals=ctx.globals)
     score = quantize(ctx.scorer.score(obs, job_mask=np.ones(1, dtype=bool))[:1],
                      ctx.rule.score_resolution)  # (as the cycle rounds the queue's)
-    rule = ctx.rule
-    if rule.split:  # the lane in age order: the queue outside it is ranked below S
-        rule = replace(rule, hi=lane_levels(rule)[0], express_limit=0.0)
+    rule = rest_rule(ctx.rule)  # (with the lane in age order: the band below S)
     values = MAPPINGS[rule.mapping](np.append(ctx.scores, score), rule)
     return int(np.clip(values[-1], rule.lo, rule.hi))
 
