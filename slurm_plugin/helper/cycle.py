@@ -28,6 +28,12 @@ every ``interval`` seconds, doubling the wait after each failed cycle up to
 detected by :class:`ClockWatch` and kept out of the ages of jobs seen before them: a
 forward jump of hours does not make every job look starved, a backward one gives no
 negative waits; rollbacks count cycles, not seconds.
+
+Slurm's configuration (``scontrol show config``: ``PriorityWeightAge`` for the express
+lane in ``age`` order, ``max_switch_wait``, the cluster's name) is read again when the
+helper's copy is :data:`SLURM_CONFIG_TTL` seconds old, so a ``scontrol reconfigure``
+reaches it without a restart; when that read fails the last copy is kept (one warning)
+and the read is tried again next cycle.
 """
 
 from __future__ import annotations
@@ -61,8 +67,9 @@ from .logs import EventLog
 from .metrics import Metrics, idle_share
 from .state import HelperState, Section, Steering
 
-__all__ = ["MIN_APPLY_BUDGET", "NOT_SCHEDULABLE", "ClockWatch", "CycleReport", "Helper",
-           "ModelUnavailable", "apply_budget", "run_forever", "schedulable"]
+__all__ = ["MIN_APPLY_BUDGET", "NOT_SCHEDULABLE", "SLURM_CONFIG_TTL", "ClockWatch",
+           "CycleReport", "Helper", "ModelUnavailable", "apply_budget", "run_forever",
+           "schedulable"]
 
 #: Seconds a cycle's changes may take at the least, whatever the interval: with a
 #: short interval (a test cluster's 0.5 s) a loaded slurmctld would otherwise cut most
@@ -77,6 +84,14 @@ def apply_budget(interval: float) -> float:
     over waits for the next cycle.
     """
     return max(float(interval), MIN_APPLY_BUDGET)
+
+
+#: Seconds the helper keeps its copy of Slurm's configuration before reading it again
+#: (a ``scontrol reconfigure`` reaches the next cycle after that, with no restart).
+SLURM_CONFIG_TTL = 300.0
+#: What of :class:`SchedulerConfig` a reread reports when it changed (``slurm_config_changed``).
+_CONFIG_WATCHED = ("priority_weights", "priority_max_age", "scheduler_parameters",
+                   "cluster_name")
 
 
 #: Pending reasons under which the helper leaves a job alone (held or not yet eligible).
@@ -255,7 +270,9 @@ class Helper:
         self._last_nodes: list[Any] = []
         self._steer_off_sha: str | None = None  # model whose steering_off was logged
         self._switch_cap_checked = False  # max_switch_wait compared with switch_wait
-        self._slurm_config: SchedulerConfig | None = None  # read once (scontrol show config)
+        self._slurm_config: SchedulerConfig | None = None  # scontrol show config, cached
+        self._slurm_config_at = 0.0  # (monotonic) when it was read
+        self._slurm_config_stale = False  # the last reread failed (warned once)
         #: The last cycle's observation (for inspection and benchmarks).
         self.last_observation: Observation | None = None
         self._lock = threading.Lock()
@@ -411,10 +428,10 @@ class Helper:
         self.last_observation = obs
 
         scores = np.zeros(0)
-        if obs.n_jobs and obs.n_nodes:
+        rule = self._rule() if obs.n_nodes else None  # (one per cycle: scoring and the hint)
+        if obs.n_jobs and rule is not None:
             t2 = time.perf_counter()
             mask = np.ones(obs.n_jobs, dtype=bool) if cfg.rank_all else None
-            rule = self._rule()
             scores = decide.quantize(scorer.score(obs, job_mask=mask)[:-1],
                                      rule.score_resolution)
             timings["score"] = time.perf_counter() - t2
@@ -436,8 +453,8 @@ class Helper:
                 changes += self._leaf_waits(obs, jobs_raw, nodes_raw, names, pending, order,
                                             sec)
             timings["decide"] = time.perf_counter() - t3
-        if obs.n_nodes:
-            self._publish_hint(now, obs, scores, nodes_raw, model, scorer, hist)
+        if rule is not None:
+            self._publish_hint(now, obs, scores, nodes_raw, model, scorer, hist, rule)
         changes = rollbacks + changes
         self._commit(rep, changes, real_rollbacks, model_sha=model.sha256)
         rep.ok = rep.error is None
@@ -536,10 +553,40 @@ class Helper:
         return rule
 
     def _config(self) -> SchedulerConfig:
-        """Slurm's configuration, read once (it changes only with a reconfigure)."""
-        if self._slurm_config is None:
-            self._slurm_config = self.client.config()
-        return self._slurm_config
+        """Slurm's configuration, read again when the copy is :data:`SLURM_CONFIG_TTL` old.
+
+        A reread that fails keeps the last copy (one ``slurm_config_stale`` warning until
+        a read succeeds again; it is retried every cycle); with no copy yet the error
+        fails the cycle. A reread that differs in what the helper uses is logged
+        (``slurm_config_changed``), and ``max_switch_wait`` is checked again.
+        """
+        now = self.monotonic()
+        old = self._slurm_config
+        if old is not None and now - self._slurm_config_at < SLURM_CONFIG_TTL:
+            return old
+        try:
+            fresh = self.client.config()
+        except Exception as exc:  # noqa: BLE001 - fail open on the last copy
+            if old is None:
+                raise
+            if not self._slurm_config_stale:
+                self._slurm_config_stale = True
+                self.log.warning("slurm_config_stale", error=_one_line(exc),
+                                 age_s=round(now - self._slurm_config_at),
+                                 effect="the last copy of Slurm's configuration is used;"
+                                        " the read is tried again next cycle")
+            return old
+        if self._slurm_config_stale:
+            self.log.info("slurm_config_read", effect="Slurm's configuration is current again")
+        self._slurm_config_stale = False
+        if old is not None:
+            changed = [k for k in _CONFIG_WATCHED if getattr(old, k) != getattr(fresh, k)]
+            if changed:
+                self.log.info("slurm_config_changed", fields=changed,
+                              effect="the helper uses the new values from this cycle")
+                self._switch_cap_checked = False
+        self._slurm_config, self._slurm_config_at = fresh, now
+        return fresh
 
     def _check_switch_wait(self, wait: int) -> None:
         """Warn once when Slurm's ``max_switch_wait`` cuts the helper's wait short."""
@@ -569,7 +616,8 @@ class Helper:
                 and not job.required_nodes and not job.features and job.switches is None)
 
     def _publish_hint(self, now: int, obs: Observation, scores: np.ndarray, nodes_raw: Any,
-                      model: LoadedModel, scorer: OnnxScorer, hist: UserHistory) -> None:
+                      model: LoadedModel, scorer: OnnxScorer, hist: UserHistory,
+                      rule: decide.SiteFactorRule) -> None:
         users = list(hist.to_dict())
         est = {}
         if users:
@@ -577,7 +625,7 @@ class Helper:
             est = {u: (float(ratio[i]), float(share[i]), float(loc[i]))
                    for i, u in enumerate(users)}
         self.hint_context = HintContext(now, nodes_raw, obs.globals.copy(), scores.copy(),
-                                        model.norm, scorer, self._rule(), est)
+                                        model.norm, scorer, rule, est)
 
     # ------------------------------------------------------------------ committing
     def _commit(self, rep: CycleReport, changes: list[Change], real: list[Change],

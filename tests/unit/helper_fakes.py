@@ -67,6 +67,8 @@ class FakeSlurm(SlurmClient):
         self.fail_writes: set[int] | None = None  # job ids; empty set: every write fails
         self.write_error = "timed out after 1 s"
         self.priority_weights: dict[str, int] = {}  # Slurm's PriorityWeight*, by factor
+        self.fail_config: str | None = None  # scontrol show config fails with this
+        self.config_reads = 0
 
     # reading
     def jobs(self, states=("PENDING", "RUNNING")):
@@ -84,6 +86,9 @@ class FakeSlurm(SlurmClient):
         return self._tree
 
     def config(self):
+        self.config_reads += 1
+        if self.fail_config:
+            raise SlurmError("scontrol show config", self.fail_config)
         return SchedulerConfig("testcluster", "22.05.8", "priority/multifactor",
                                dict(self.priority_weights), 86400, 0,
                                "sched/backfill", {}, "select/cons_tres", "topology/tree")

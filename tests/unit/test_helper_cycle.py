@@ -15,7 +15,7 @@ import pytest
 
 from slurm_plugin.helper.actuate import MemoryAudit
 from slurm_plugin.helper.config import HelperConfig
-from slurm_plugin.helper.cycle import ClockWatch, Helper
+from slurm_plugin.helper.cycle import SLURM_CONFIG_TTL, ClockWatch, Helper
 from slurm_plugin.helper.logs import EventLog
 from slurm_plugin.helper.state import HelperState
 from slurm_plugin.model import ModelError
@@ -171,6 +171,58 @@ def test_express_lane_in_age_order_keeps_slurms_age_weight_between_lane_and_star
                        express_limit=1200.0)
     bad = h2.run_once()
     assert not bad.ok and "widen the band" in bad.error and not site_calls(narrow)
+
+
+def test_slurm_config_is_read_again_after_its_ttl_and_a_failed_read_keeps_the_last(
+        tmp_path):
+    # a scontrol reconfigure that doubles PriorityWeightAge reaches the helper once its
+    # copy is SLURM_CONFIG_TTL old, without a restart; until then the old gap holds
+    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
+            mk_job(2, limit=60), mk_job(5, limit=1200), mk_job(3, limit=3600)]
+    client = FakeSlurm(jobs)
+    client.priority_weights = {"age": 1000}
+    h, _, _, stream = make(tmp_path, jobs, client=client, mode="enforce",
+                           express_limit=1200.0)
+    mono = [100.0]
+    h.monotonic = lambda: mono[0]
+    assert h.run_once().ok
+    assert dict(site_calls(client))[3] == 74249
+    assert client.config_reads == 1
+    client.priority_weights = {"age": 2000}
+    mono[0] += SLURM_CONFIG_TTL - 1
+    rep = h.run_once()
+    assert rep.ok and rep.changes == [] and client.config_reads == 1  # the copy still holds
+    mono[0] += 1
+    rep = h.run_once()
+    assert rep.ok, rep.error
+    # S = (100000 - 2001) * 3 // 4 = 73499, the lane from 75500
+    assert {c.job_id: c.new for c in rep.changes} == {5: 75500, 1: 73499, 4: 73499,
+                                                      3: 73499}
+    events = [json.loads(x) for x in stream.getvalue().splitlines()]
+    changed = [e for e in events if e.get("event") == "slurm_config_changed"]
+    assert len(changed) == 1 and changed[0]["fields"] == ["priority_weights"]
+    # a reread that fails: the cycle goes on with the last copy, one warning, retried
+    # every cycle until a read succeeds
+    client.fail_config = "Unable to contact slurm controller"
+    for _ in range(3):
+        mono[0] += SLURM_CONFIG_TTL
+        rep = h.run_once()
+        assert rep.ok and rep.changes == [], rep.error
+    assert client.config_reads == 5
+    client.fail_config = None
+    mono[0] += 1
+    assert h.run_once().ok and client.config_reads == 6
+    events = [json.loads(x) for x in stream.getvalue().splitlines()]
+    stale = [e for e in events if e.get("event") == "slurm_config_stale"]
+    assert len(stale) == 1 and "controller" in stale[0]["error"]
+    assert any(e.get("event") == "slurm_config_read" for e in events)
+    # with no copy at all, the failed read fails the cycle and changes nothing
+    fresh = FakeSlurm(jobs)
+    fresh.fail_config = "Unable to contact slurm controller"
+    h2, _, _, _ = make(tmp_path / "none", jobs, client=fresh, mode="enforce",
+                       express_limit=1200.0)
+    bad = h2.run_once()
+    assert not bad.ok and "controller" in bad.error and not site_calls(fresh)
 
 
 def test_held_and_dependent_jobs_are_left_alone(tmp_path):
