@@ -307,15 +307,18 @@ def _prepare(cfg: SimulateConfig) -> _Prepared:
 
 
 def replay_baseline(name: str, jobs: Any, cluster: Any, priority: Any, options: Any,
-                    eng: Any) -> Any:
+                    eng: Any, wrap: Callable[[Any], Any] | None = None) -> Any:
     """One baseline's replay of ``jobs``: a ``SimResult`` named after it.
 
     The baseline's policy, backfill setting and placement come from
-    :meth:`trainer.sim.policies.Baseline.build`.
+    :meth:`trainer.sim.policies.Baseline.build`; ``wrap``, if given, returns the policy
+    to replay in its place (e.g. behind the helper's starvation guard).
     """
     from .sim.engine import Simulator
 
     policy, opts = BASELINES[name].build(priority, options)
+    if wrap is not None:
+        policy = wrap(policy)
     r = Simulator(jobs, cluster, policy, opts, eng).run()
     r.policy = name
     return r

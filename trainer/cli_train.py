@@ -130,6 +130,9 @@ class ImitateCommand(InputOptions):
             docstring).
         speed_model: How run times depend on placement in the replay of a baseline
             (:data:`trainer.sim.speed.SPEED_MODELS`).
+        starvation_limit: With ``imitate_from`` ``best``: the candidates replay behind
+            the helper's starvation guard at this limit (seconds; 0, the default:
+            unguarded), ``starvation_order`` and ``express_limit`` as the helper's.
     """
 
     epochs: int | None = None
@@ -137,6 +140,9 @@ class ImitateCommand(InputOptions):
     max_decisions: int | None = None
     imitate_from: str = "auto"
     speed_model: str = "none"
+    starvation_limit: float = 0.0
+    starvation_order: str = "age"
+    express_limit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -319,7 +325,7 @@ _TRAIN_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--express-limit", "express_limit", click.FloatRange(min=0),
      "With --val-deployed or --train-guard: the guard's express lane, as the helper's"
      " express_limit, seconds: a job whose time limit is at most this goes above every"
-     " other, starving ones included (default 0: none; needs --starvation-order policy)."),
+     " other, starving ones included (default 0: none; needs a guard)."),
     ("--score-resolution", "score_resolution", click.FloatRange(min=0),
      "With --val-deployed: round the net's scores to multiples of this, as the helper's"
      " score_resolution (jobs scored that close tie, the older first; default 0: exact)."),
@@ -521,12 +527,17 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str
     over = dict(getattr(cmd, "train", ()))
     train = over.get("train_share", TrainConfig.train_share)
     val = over.get("val_share", TrainConfig.val_share)
+    limit, order, lane = _teacher_guard(cmd, over)
+    behind = (f" behind the {limit / 3600:g} h guard ({order} order"
+              + (f", {lane / 60:g} min lane" if lane > 0 else "") + ")" if limit > 0 else "")
     click.echo("choosing the teacher: every baseline that reads no recorded run time"
-               " replays the jobs before the test period...", err=True)
+               f" replays the jobs before the test period{behind}...", err=True)
     try:
         best, scores = pick_teacher(data.jobs, data.cluster, options=data.options,
                                     priority=data.priority, speed_model=speed_model,
-                                    seed=cmd.seed, train=train, val=val)
+                                    seed=cmd.seed, train=train, val=val,
+                                    starvation_limit=limit, starvation_order=order,
+                                    express_limit=lane)
     except ValueError as exc:
         raise click.ClickException(f"--imitate-from best: {exc}") from None
     ranked = sorted(scores, key=lambda n: (scores[n], n))
@@ -535,7 +546,27 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str
                + (", ..." if len(ranked) > 6 else "") + f"; teacher: {best}", err=True)
     return best, {"criterion": "mean bsld of the jobs before the test period",
                   "train_share": train, "val_share": val, "speed_model": speed_model,
+                  "guard": {"starvation_limit": limit, "starvation_order": order,
+                            "express_limit": lane},
                   "bsld_mean": {n: scores[n] for n in ranked}}
+
+
+def _teacher_guard(cmd: InputOptions, over: Mapping[str, Any]) -> tuple[float, str, float]:
+    """The guard ``--imitate-from best`` replays the candidates behind (limit 0: none).
+
+    ``train imitate``: its own ``--starvation-limit`` (default none). ``train all``: the
+    RL run's guard when the net trains or validates behind it (``--train-guard`` or
+    ``--val-deployed``), as it will be deployed; else none.
+    """
+    from .rl import TrainConfig
+
+    if isinstance(cmd, ImitateCommand):
+        return cmd.starvation_limit, cmd.starvation_order, cmd.express_limit
+    if not (over.get("train_guard") or over.get("val_deployed")):
+        return 0.0, TrainConfig.starvation_order, 0.0
+    return (float(over.get("starvation_limit", TrainConfig.starvation_limit)),
+            str(over.get("starvation_order", TrainConfig.starvation_order)),
+            float(over.get("express_limit", TrainConfig.express_limit)))
 
 
 def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_model: str
@@ -801,6 +832,16 @@ def train() -> None:
 @click.option("--speed-model", type=_SPEED_MODEL,
               help="How run times depend on placement in the replay of a baseline that"
                    " --imitate-from names (default none; give the one RL will use).")
+@click.option("--starvation-limit", type=click.FloatRange(min=0),
+              help="With --imitate-from best: choose the teacher behind the helper's"
+                   " starvation guard at this many seconds of waiting, as the policy will"
+                   " be deployed (default 0: unguarded; train all takes RL's guard).")
+@click.option("--starvation-order", type=click.Choice(sorted(STARVATION_ORDERS)),
+              help="With --starvation-limit: how the guard orders the starving jobs, as"
+                   " the helper's starvation_order (default age).")
+@click.option("--express-limit", type=click.FloatRange(min=0),
+              help="With --starvation-limit: the guard's express lane, seconds, as the"
+                   " helper's express_limit (default 0: none).")
 def imitate_cmd(**kwargs: Any) -> None:
     """Imitate the site's own scheduling decisions (DL²'s warm start).
 
@@ -809,6 +850,9 @@ def imitate_cmd(**kwargs: Any) -> None:
     priority when the history has it, and random) and config.json.
     """
     cmd = _resolve(ImitateCommand, kwargs)
+    if cmd.imitate_from != "best" and (cmd.starvation_limit or cmd.express_limit):
+        raise click.UsageError("--starvation-limit and --express-limit choose the teacher"
+                               " of --imitate-from best: add it, or leave them out")
     data = _load(cmd)
     out = Path(cmd.out)
     out.mkdir(parents=True, exist_ok=True)

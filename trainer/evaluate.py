@@ -1438,7 +1438,9 @@ def pick_teacher(jobs: JobTable, cluster: Cluster, *,
                  options: SchedulerOptions | None = None,
                  priority: PrioritySettings | None = None, speed_model: str = "none",
                  seed: int = 0, train: float = 0.7, val: float = 0.1,
-                 candidates: Sequence[str] | None = None) -> tuple[str, dict[str, float]]:
+                 candidates: Sequence[str] | None = None, starvation_limit: float = 0.0,
+                 starvation_order: str = "age", express_limit: float = 0.0
+                 ) -> tuple[str, dict[str, float]]:
     """The baseline with the lowest mean bsld before the test period: what to imitate.
 
     Every candidate replays all the jobs before the test period (the training and
@@ -1448,6 +1450,11 @@ def pick_teacher(jobs: JobTable, cluster: Cluster, *,
     does (on the Lublin model it picked ``lrf``, 33.7 against ``seaf``'s 41.5 there,
     where the 80% before the test period put ``seaf`` first, 39.7 against 54.6, as the
     test period does, 28.8 against 35.9).
+
+    With ``starvation_limit`` each candidate replays behind the helper's starvation
+    guard (:func:`as_deployed`, with ``starvation_order`` and ``express_limit``), as the
+    policy will be deployed and as ``evaluate --guard-heuristics`` reads the baselines:
+    the guard changes which order wins.
 
     Args:
         jobs: The whole history (all periods).
@@ -1459,23 +1466,34 @@ def pick_teacher(jobs: JobTable, cluster: Cluster, *,
         train: Share of the training period.
         val: Share of the validation period.
         candidates: Baseline names (default :func:`teacher_candidates`).
+        starvation_limit: The deployed guard's limit (seconds; 0: the candidates
+            replay unguarded).
+        starvation_order: The guard's order (``age`` or ``policy``).
+        express_limit: The guard's express lane (seconds; 0: none).
 
     Returns:
         The chosen name (ties: the first in name order) and every candidate's mean bsld.
 
     Raises:
-        ValueError: On bad shares or an unknown name.
+        ValueError: On bad shares, an unknown name or a guard the helper refuses.
     """
     names = list(candidates) if candidates is not None else teacher_candidates()
     unknown = [n for n in names if n not in BASELINES]
     if unknown or not names:
         raise ValueError(f"unknown or no teacher candidates {unknown}: {sorted(BASELINES)}")
+    check_express_limit(express_limit, starvation_order, starvation_limit)
     sp = time_split(jobs.n, train, val)
     part = window(jobs, 0, sp.test_start, shift=False)
     eng = EngineOptions(seed=seed, speed_model=speed_model)
+
+    def guarded(pol: Policy) -> Policy:
+        return as_deployed(pol, starvation_limit=starvation_limit,
+                           starvation_order=starvation_order, express_limit=express_limit)
+
     scores = {n: float(metrics.job_metrics(replay_baseline(
         n, part, cluster, priority or PrioritySettings(), options or SchedulerOptions(),
-        eng))["bsld"].mean()) for n in names}
+        eng, wrap=guarded if starvation_limit > 0 else None))["bsld"].mean())
+        for n in names}
     return min(names, key=lambda n: (scores[n], n)), scores
 
 

@@ -657,6 +657,32 @@ def test_pick_teacher_replays_the_jobs_before_the_test_period():
         pick_teacher(jobs, cl, candidates=["slurm", "nope"])
 
 
+def test_pick_teacher_behind_the_guard_replays_each_candidate_as_deployed():
+    from trainer.evaluate import as_deployed, pick_teacher
+
+    jobs, cl = _table(200, interarrival=5.0)
+    names = ["sjf", "lrf", "fifo-nobf"]
+    _, plain = pick_teacher(jobs, cl, candidates=names)
+    best, scores = pick_teacher(jobs, cl, candidates=names, starvation_limit=600.0,
+                                starvation_order="age", express_limit=120.0)
+    assert best == min(names, key=lambda n: (scores[n], n))
+    # by hand: each candidate behind the helper's guard (10 min, age, 2 min lane) on
+    # rows 0..159, the jobs before the test period
+    part = window(jobs, 0, 160, shift=False)
+    for name in names:
+        b = BASELINES[name]
+        pol = as_deployed(make_policy(b.policy, None, b.placement or "tree"),
+                          starvation_limit=600.0, starvation_order="age",
+                          express_limit=120.0)
+        opts = SchedulerOptions() if b.backfill is None else SchedulerOptions(
+            backfill=b.backfill)
+        want = metrics.compute(Simulator(part, cl, pol, opts, EngineOptions()).run())
+        assert scores[name] == pytest.approx(want["bsld"]["mean"])
+    assert scores != plain  # (jobs starve here: the guard changes the replays)
+    with pytest.raises(ValueError, match="guard"):  # a lane needs a guard
+        pick_teacher(jobs, cl, candidates=names, express_limit=120.0)
+
+
 def test_fixed_placement_wraps_the_net(tiny_checkpoint):
     jobs, cl = _table(120)
     cfg = EvalConfig(baselines=("slurm",), policy_placement="pack")

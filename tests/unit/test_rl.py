@@ -849,6 +849,47 @@ def test_imitate_from_best_picks_the_teacher_on_the_validation_period(tmp_path):
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_imitate_from_best_behind_the_guard_it_will_be_deployed_with(tmp_path):
+    out = tmp_path / "im"
+    common = ("--trace", str(LUBLIN), "--limit", "300", "--hidden", "8", "--epochs", "1",
+              "--max-decisions", "150", "--missing-limits", "users")
+    res = _invoke("train", "imitate", *common, "--out", str(out), "--imitate-from", "best",
+                  "--starvation-limit", "3600", "--express-limit", "900")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "before the test period behind the 1 h guard (age order, 15 min lane)" in res.output
+    rep = json.loads((out / "imitation.json").read_text())
+    assert rep["teacher_choice"]["guard"] == {"starvation_limit": 3600.0,
+                                              "starvation_order": "age",
+                                              "express_limit": 900.0}
+    plain = _invoke("train", "imitate", *common, "--out", str(tmp_path / "plain"),
+                    "--imitate-from", "best")
+    assert plain.exit_code == 0, plain.output + repr(plain.exception)
+    scores = json.loads((tmp_path / "plain" / "imitation.json").read_text())["teacher_choice"]
+    assert scores["guard"]["starvation_limit"] == 0.0
+    assert scores["bsld_mean"] != rep["teacher_choice"]["bsld_mean"]  # the guard acted
+    bad = _invoke("train", "imitate", *common, "--out", str(tmp_path / "bad"),
+                  "--imitate-from", "lrf", "--starvation-limit", "3600")
+    assert bad.exit_code != 0 and "--imitate-from best" in bad.output
+
+
+def test_train_all_chooses_the_teacher_behind_the_guard_rl_trains_or_validates_behind():
+    from trainer.cli_train import AllCommand, ImitateCommand, _teacher_guard
+
+    def guard(*train):
+        cmd = AllCommand(train=tuple(train))
+        return _teacher_guard(cmd, dict(cmd.train))
+
+    assert guard() == (0.0, "age", 0.0)  # RL runs unguarded: so does the choice
+    assert guard(("train_guard", True)) == (172800.0, "age", 0.0)
+    assert guard(("val_deployed", True), ("starvation_limit", 3600.0),
+                 ("starvation_order", "policy"), ("express_limit", 900.0)) == (
+        3600.0, "policy", 900.0)
+    assert guard(("starvation_limit", 3600.0)) == (0.0, "age", 0.0)
+    im = ImitateCommand(starvation_limit=7200.0, express_limit=600.0)
+    assert _teacher_guard(im, {}) == (7200.0, "age", 600.0)
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
 @pytest.mark.parametrize("command", ["imitate", "all"])
 def test_the_teacher_replays_with_the_speed_model_rl_uses(tmp_path, monkeypatch, command):
     """--imitate-from BASELINE replays the baseline under --speed-model, as RL trains."""

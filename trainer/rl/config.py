@@ -185,7 +185,7 @@ class TrainConfig:
     """The guard's express lane, as the helper's ``express_limit`` (seconds; 0: none):
     in the deployed validation, and with ``train_guard`` in the env's episodes, a job
     whose time limit is at most this goes above every other, starving ones included.
-    Needs ``starvation_order`` ``policy`` and a guard."""
+    Needs a guard (either order)."""
     score_resolution: float = 0.0
     """The deployed validation rounds the net's scores to multiples of this, as the
     helper's ``score_resolution`` (jobs scored that close tie, the older first); 0:
