@@ -126,11 +126,16 @@ def test_starving_jobs_keep_the_model_order_with_starvation_order_policy(tmp_pat
     assert site_calls(client)[:2] == [(1, 100000), (4, 66667)]
 
 
+def _lane_jobs() -> list:
+    """Two starving jobs (1: 2 h, 4: 1 day), two short ones (2: 1 min, 5: 20 min), job 3."""
+    return [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
+            mk_job(2, limit=60), mk_job(5, limit=1200), mk_job(3, limit=3600)]
+
+
 def test_express_lane_puts_short_jobs_above_the_starving_ones(tmp_path):
     # the model ranks by time limit, so pick one that puts a short job last: the lane
     # must lift it by its limit alone. Job 5 (20 min) would sit below starving job 1.
-    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
-            mk_job(2, limit=60), mk_job(5, limit=1200), mk_job(3, limit=3600)]
+    jobs = _lane_jobs()
     h, client, _, _ = make(tmp_path, jobs, mode="enforce", starvation_order="policy",
                            express_limit=1200.0)
     rep = h.run_once()
@@ -151,8 +156,7 @@ def test_express_lane_in_age_order_keeps_slurms_age_weight_between_lane_and_star
         tmp_path):
     # the jobs above, the lane in age order: Slurm's PriorityWeightAge (1000, read from
     # its config) sets the gap. S = (100000 - 1001) * 3 // 4 = 74249, the lane from 75250
-    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
-            mk_job(2, limit=60), mk_job(5, limit=1200), mk_job(3, limit=3600)]
+    jobs = _lane_jobs()
     client = FakeSlurm(jobs)
     client.priority_weights = {"age": 1000}
     h, _, _, _ = make(tmp_path, jobs, client=client, mode="enforce", express_limit=1200.0)
@@ -177,12 +181,11 @@ def test_slurm_config_is_read_again_after_its_ttl_and_a_failed_read_keeps_the_la
         tmp_path):
     # a scontrol reconfigure that doubles PriorityWeightAge reaches the helper once its
     # copy is SLURM_CONFIG_TTL old, without a restart; until then the old gap holds
-    jobs = [mk_job(1, limit=7200, age=3 * 86400), mk_job(4, limit=86400, age=4 * 86400),
-            mk_job(2, limit=60), mk_job(5, limit=1200), mk_job(3, limit=3600)]
+    jobs = _lane_jobs()
     client = FakeSlurm(jobs)
     client.priority_weights = {"age": 1000}
     h, _, _, stream = make(tmp_path, jobs, client=client, mode="enforce",
-                           express_limit=1200.0)
+                           express_limit=1200.0)  # (as the test above)
     mono = [100.0]
     h.monotonic = lambda: mono[0]
     assert h.run_once().ok
