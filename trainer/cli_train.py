@@ -528,10 +528,9 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str
     train = over.get("train_share", TrainConfig.train_share)
     val = over.get("val_share", TrainConfig.val_share)
     limit, order, lane = _teacher_guard(cmd, over)
-    behind = (f" behind the {limit / 3600:g} h guard ({order} order"
-              + (f", {lane / 60:g} min lane" if lane > 0 else "") + ")" if limit > 0 else "")
     click.echo("choosing the teacher: every baseline that reads no recorded run time"
-               f" replays the jobs before the test period{behind}...", err=True)
+               f" replays the jobs before the test period {_guard_words(limit, order, lane)}"
+               "...", err=True)
     try:
         best, scores = pick_teacher(data.jobs, data.cluster, options=data.options,
                                     priority=data.priority, speed_model=speed_model,
@@ -549,6 +548,14 @@ def _best_teacher(data: _Data, cmd: InputOptions, speed_model: str
                   "guard": {"starvation_limit": limit, "starvation_order": order,
                             "express_limit": lane},
                   "bsld_mean": {n: scores[n] for n in ranked}}
+
+
+def _guard_words(limit: float, order: str, lane: float) -> str:
+    """"behind the 48 h guard (age order, express lane 15 min)", or "without a guard"."""
+    if limit <= 0:
+        return "without a guard"
+    express = f", express lane {lane / 60:g} min" if lane else ""
+    return f"behind the {limit / 3600:g} h guard ({order} order{express})"
 
 
 def _teacher_guard(cmd: InputOptions, over: Mapping[str, Any]) -> tuple[float, str, float]:
@@ -746,9 +753,7 @@ def choice_figures(best: Mapping[str, Any], curves: Mapping[str, Any],
         return (f"mean bsld {m['bsld_mean']:.4g}, p99 wait {m['wait_p99']:,.0f} s,"
                 f" utilisation {m['util']:.4f}")
 
-    lane = (f", express lane {cfg.express_limit / 60:g} min" if cfg.express_limit else "")
-    guard = (f"behind the {cfg.starvation_limit / 3600:g} h guard ({cfg.starvation_order}"
-             f" order{lane})" if cfg.starvation_limit > 0 else "without a guard")
+    guard = _guard_words(cfg.starvation_limit, cfg.starvation_order, cfg.express_limit)
     from .rl.config import EVAL_WARMUP
 
     warm = f"{warmup_jobs:,} warm-up jobs" + (", as many as evaluate replays"

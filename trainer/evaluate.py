@@ -1486,13 +1486,13 @@ def pick_teacher(jobs: JobTable, cluster: Cluster, *,
     part = window(jobs, 0, sp.test_start, shift=False)
     eng = EngineOptions(seed=seed, speed_model=speed_model)
 
-    def guarded(pol: Policy) -> Policy:
+    def guarded(pol: Policy) -> Policy:  # (limit 0: ``pol`` itself)
         return as_deployed(pol, starvation_limit=starvation_limit,
                            starvation_order=starvation_order, express_limit=express_limit)
 
     scores = {n: float(metrics.job_metrics(replay_baseline(
         n, part, cluster, priority or PrioritySettings(), options or SchedulerOptions(),
-        eng, wrap=guarded if starvation_limit > 0 else None))["bsld"].mean())
+        eng, wrap=guarded))["bsld"].mean())
         for n in names}
     return min(names, key=lambda n: (scores[n], n)), scores
 

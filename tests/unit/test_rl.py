@@ -856,7 +856,8 @@ def test_imitate_from_best_behind_the_guard_it_will_be_deployed_with(tmp_path):
     res = _invoke("train", "imitate", *common, "--out", str(out), "--imitate-from", "best",
                   "--starvation-limit", "3600", "--express-limit", "900")
     assert res.exit_code == 0, res.output + repr(res.exception)
-    assert "before the test period behind the 1 h guard (age order, 15 min lane)" in res.output
+    assert ("before the test period behind the 1 h guard (age order, express lane 15 min)"
+            in res.output)
     rep = json.loads((out / "imitation.json").read_text())
     assert rep["teacher_choice"]["guard"] == {"starvation_limit": 3600.0,
                                               "starvation_order": "age",
