@@ -37,6 +37,12 @@ guard) and adds three rules that choose on them: the lowest geometric mean of th
 windows' bsld; the most of Slurm's bounds (p99, bsld, utilisation) kept across the
 windows, then that geometric mean; utilisation kept in the most windows, then that mean.
 
+``--ensembles K[,K...]`` also replays, for each K, the ensemble ``train rl --ensemble K``
+writes from these checkpoints (:func:`trainer.rl.trainer.ensemble_members`: the K
+checkpoints after the start that rank first by the run's own ``--val-metric`` and
+bounds; its nets' scores averaged, :class:`trainer.policy.PolicyEnsemble`) and prints
+its test figures and lines beside the rules' picks (over all runs, a row per K).
+
 It reads a run's own settings; ``--trace FILE`` replaces the trace path it recorded
 (a run trained elsewhere). Nothing here is timed; a run of nine checkpoints on Lublin
 (``lublin_256.swf``) takes about 4 minutes beside two others on 2 cores.
@@ -67,6 +73,7 @@ import json
 import math
 import re
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +149,9 @@ class Run:
     points: list[Point]
     chosen: int | None
     slurm_val: dict[str, float]
+    ensembles: dict[int, Point] = field(default_factory=dict)
+    """With ``--ensembles``: per K, the ensemble's test figures (``update``: -K; ``path``:
+    its file; ``val``: its members' updates as ``{"member_I": update}``)."""
 
 
 def read_run(path: Path) -> Run:
@@ -193,9 +203,33 @@ def sim_config(run: Run, trace: str | None = None, bf_plan: str | None = None) -
     return resolve(**cmd, speed_model=run.train.get("speed_model", "none"))
 
 
+def make_ensembles(run: Run, sizes: Sequence[int], where: Path) -> None:
+    """Write, for each K of ``sizes``, the run's ``train rl --ensemble K`` into ``where``.
+
+    Fills ``run.ensembles`` (their figures come with :func:`replay_test`).
+    """
+    from trainer.policy import PolicyEnsemble, PolicyNet, load_checkpoint, save_checkpoint
+    from trainer.rl.config import VAL_METRICS
+    from trainer.rl.trainer import ensemble_members
+
+    metric = str(run.train.get("val_metric", "bsld_mean"))
+    by_update = {p.update: p for p in run.points}
+    for k in sizes:
+        members = ensemble_members([{"update": p.update, **p.val} for p in run.points], k,
+                                   metric, VAL_METRICS[metric])
+        if not members:
+            continue
+        cks = [load_checkpoint(by_update[u].path) for u in members]
+        nets = [c.net for c in cks if isinstance(c.net, PolicyNet)]
+        path = where / f"{run.path.name}-ensemble-{k}.pt"
+        save_checkpoint(path, PolicyEnsemble(nets), norm=cks[0].norm, extra=cks[0].extra)
+        run.ensembles[k] = Point(-k, path, {f"member_{i}": float(u)
+                                            for i, u in enumerate(members)})
+
+
 def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
                 bf_plan: str | None = None) -> dict[str, Any]:
-    """Replay every checkpoint of ``run`` on its test period; fill in its points.
+    """Replay every checkpoint (and ensemble) of ``run`` on its test period; fill them in.
 
     ``trace``, ``bf_plan``: as :func:`sim_config` reads them.
     """
@@ -207,12 +241,14 @@ def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
     guard = {k: run.train[k] for k in GUARD_KEYS if k in run.train}
     cfg = EvalConfig(baselines=("slurm", *heuristics), resamples=0, windows=1,
                      guard_heuristics=True, **guard)
-    models = {f"u{p.update}": str(p.path) for p in run.points}
+    every = {f"u{p.update}": p for p in run.points}
+    every.update({f"ensemble{k}": p for k, p in run.ensembles.items()})
+    models = {name: str(p.path) for name, p in every.items()}
     res = evaluate(prep.jobs, prep.cluster, models, cfg, options=prep.options,
                    priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed)
-    for p in run.points:
-        p.test = _figures(res.metrics[f"u{p.update}"])
-        t = check_targets(res.metrics, f"u{p.update}", cfg, locality=False,
+    for name, p in every.items():
+        p.test = _figures(res.metrics[name])
+        t = check_targets(res.metrics, name, cfg, locality=False,
                           heuristics=list(heuristics))
         p.lines = {c["name"]: c["ok"] for c in t["checks"] if c["name"] in LINES}
     others = {n: _figures(res.metrics[n]) for n in ("slurm", *heuristics)}
@@ -241,7 +277,8 @@ def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, 
     slurm = []
     for a, b in validation_windows(jobs.n, cfg, k):
         val = window(jobs, 0, b, shift=False)
-        res = evaluate(val, prep.cluster, test["models"], cfg, options=prep.options,
+        res = evaluate(val, prep.cluster, {f"u{p.update}": str(p.path) for p in run.points},
+                       cfg, options=prep.options,
                        priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
                        split=Split(val.n, a, a), warmup_jobs=min(warm, a))
         sl = _figures(res.metrics["slurm"])
@@ -371,7 +408,11 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
           + ("n/a (under 3 checkpoints, or their figures all alike)" if math.isnan(rho)
              else f"{rho:+.2f}"))
     picks = choices(run)
-    summary_rows = []
+    summary_rows = [[f"ensemble of the {k} best validated (train rl --ensemble {k})",
+                     "+".join(f"u{int(u)}" for u in e.val.values()),
+                     f"{e.test['bsld_mean']:.1f}", f"{e.test['wait_p99']:,.0f}",
+                     f"{e.test['util']:.4f}", "yes" if e.passes_all else "no"]
+                    for k, e in run.ensembles.items()]
     for rule, pick in picks.items():
         if pick is None:
             summary_rows.append([rule, "none", "", "", "", ""])
@@ -389,7 +430,10 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
             "choices": {r: None if q is None else q.update for r, q in picks.items()},
             "slurm_windows": test.get("slurm_windows", []),
             "points": [{"update": p.update, "val": p.val, "test": p.test, "lines": p.lines,
-                        "windows": p.windows} for p in run.points]}
+                        "windows": p.windows} for p in run.points],
+            "ensembles": {str(k): {"members": [int(u) for u in e.val.values()],
+                                   "test": e.test, "lines": e.lines, "passes": e.passes_all}
+                          for k, e in run.ensembles.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,14 +447,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bf-plan", choices=BF_PLANS, default=None,
                     help="the replays' backfill: easy or conservative (as Slurm plans;"
                          " whole nodes only); default: the run's own, as it validated")
+    ap.add_argument("--ensembles", default="", metavar="K[,K...]",
+                    help="also replay the ensemble train rl --ensemble K writes from the"
+                         " kept checkpoints, for each K")
     ap.add_argument("--val-windows", type=int, default=0, metavar="K",
                     help="also replay every checkpoint on K validation windows (the"
                          " validation period and the K-1 before it, as the demo's select"
                          " stage) and print what choosing on them would deploy")
     args = ap.parse_args(argv)
     heuristics = [h for h in args.heuristics.split(",") if h and h != "slurm"]
+    try:
+        sizes = [int(k) for k in args.ensembles.split(",") if k.strip()]
+    except ValueError:
+        raise SystemExit(f"--ensembles {args.ensembles!r}: give sizes, e.g. 4 or 4,8") from None
+    if any(k < 1 for k in sizes):
+        raise SystemExit("--ensembles: every size must be at least 1")
     runs = [read_run(p) for p in args.runs]  # (every folder checked before any replay)
     out = []
+    tmp = tempfile.TemporaryDirectory(prefix="checkpoint-choice-")
+    for run in runs:
+        make_ensembles(run, sizes, Path(tmp.name))
     for i, run in enumerate(runs):
         print(f"replaying {len(run.points)} checkpoints of {run.path}"
               f" ({i + 1}/{len(runs)})...", file=sys.stderr)
@@ -432,10 +488,11 @@ def main(argv: list[str] | None = None) -> int:
                 ",".join(f"u{u}" for u in s["passing"]) or "none"] for s in out])
         print("\neach rule over all runs (test period):")
         table(["rule", "runs", "mean test bsld", "utilisation kept", "every line"],
-              _rules(out))
+              _rules(out) + _ensemble_rows(out))
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1, default=float))
         print(f"wrote {args.json}")
+    tmp.cleanup()
     return 0
 
 
@@ -456,6 +513,18 @@ def _rules(out: Sequence[Mapping[str, Any]]) -> list[list[str]]:
         rows.append([rule, str(len(picks)),
                      f"{np.mean([q['test']['bsld_mean'] for _, q in picks]):.1f}",
                      f"{util} of {len(picks)}", f"{every} of {len(picks)}"])
+    return rows
+
+
+def _ensemble_rows(out: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """Per ensemble size: how the runs' ensembles scored on their test periods."""
+    rows = []
+    for k in dict.fromkeys(k for s in out for k in s.get("ensembles", {})):
+        es = [s["ensembles"][k] for s in out if k in s.get("ensembles", {})]
+        util = sum(bool(e["lines"].get("utilisation")) for e in es)
+        rows.append([f"ensemble of the {k} best validated", str(len(es)),
+                     f"{np.mean([e['test']['bsld_mean'] for e in es]):.1f}",
+                     f"{util} of {len(es)}", f"{sum(e['passes'] for e in es)} of {len(es)}"])
     return rows
 
 

@@ -67,7 +67,8 @@ from slurm_plugin.fsio import atomic_write
 from trainer.policy import (
     PLACE_TRAINED,
     Checkpoint,
-    PolicyNet,
+    Net,
+    PolicyEnsemble,
     load_checkpoint,
     place_head_trained,
 )
@@ -170,11 +171,13 @@ class ExportResult:
 class DeployModule(nn.Module):
     """The deploy contract as a module: contract inputs in, contract outputs out.
 
-    Wraps a :class:`~trainer.policy.PolicyNet` so the exported signature stays the
-    contract's even if the net's ``forward`` grows; ``cand_sets`` is a bool input.
+    Wraps a :class:`~trainer.policy.PolicyNet` (or a
+    :class:`~trainer.policy.PolicyEnsemble`, traced into one graph) so the exported
+    signature stays the contract's even if the net's ``forward`` grows; ``cand_sets`` is
+    a bool input.
     """
 
-    def __init__(self, net: PolicyNet) -> None:
+    def __init__(self, net: Net) -> None:
         super().__init__()
         self.net = net
 
@@ -249,6 +252,11 @@ def _training(ck: Checkpoint) -> dict[str, Any]:
     src: Mapping[str, Any] = nested if isinstance(nested, Mapping) else ex
     out = {k: src.get(k) for k in TRAINING_FIELDS}
     out["net"] = ck.config.to_dict()
+    if isinstance(ck.net, PolicyEnsemble):  # (train rl --ensemble: which nets, averaged)
+        saved = ex.get("ensemble")
+        out["ensemble"] = {"nets": len(ck.net),
+                           "members": saved.get("members") if isinstance(saved, Mapping)
+                           else None}
     return out
 
 
@@ -268,7 +276,7 @@ def _width(table: str) -> int:
             "globals": len(GLOBAL_FEATURES)}[table]
 
 
-def export_net(net: PolicyNet, path: str | os.PathLike[str], opset: int = OPSET) -> None:
+def export_net(net: Net, path: str | os.PathLike[str], opset: int = OPSET) -> None:
     """Trace ``net`` to an ONNX file (no metadata, no checks): step 2 of :func:`export`.
 
     Raises:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from slurm_plugin.scorer import MASKED
-from trainer.policy import PolicyNet
+from trainer.policy import Net
 
 from .contract import OUTPUTS
 from .synthetic import Case, edge_cases
@@ -157,7 +157,7 @@ def parity_cases(n: int = 1000, seed: int = 0) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------- compare
-def torch_reference(net: PolicyNet, case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def torch_reference(net: Net, case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(job_logits, place_logits, value)`` of the torch net on one case (contract inputs)."""
     f = case.feed()
     args = [torch.from_numpy(f[name]) for name in (
@@ -211,7 +211,7 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def check_parity(net: PolicyNet, session: Any, cases: Sequence[Case],
+def check_parity(net: Net, session: Any, cases: Sequence[Case],
                  atol: float = ATOL) -> ParityReport:
     """Compare the torch net and an onnxruntime session on ``cases`` (module docstring).
 
@@ -227,7 +227,7 @@ def check_parity(net: PolicyNet, session: Any, cases: Sequence[Case],
     return rep
 
 
-def _check_one(net: PolicyNet, session: Any, names: frozenset[str], case: Case,
+def _check_one(net: Net, session: Any, names: frozenset[str], case: Case,
                rep: ParityReport) -> None:
     rep.cases += 1
     rep.recorded += case.name.startswith(SIM_PREFIX)

@@ -97,6 +97,8 @@ __all__ = [
     "Checkpoint",
     "deterministic_torch",
     "PolicyConfig",
+    "Net",
+    "PolicyEnsemble",
     "PolicyNet",
     "SchemaMismatchError",
     "TorchPolicy",
@@ -729,6 +731,70 @@ class PolicyNet(nn.Module):
         return job_logits, place_logits, value
 
 
+
+class PolicyEnsemble(nn.Module):
+    """Several nets of one :class:`PolicyConfig` scoring as one: the mean of their outputs.
+
+    ``rlsched train rl --ensemble K`` builds one from the ``K`` checkpoints of a run that
+    validated best (:func:`trainer.rl.trainer.ensemble_members`), because the validation
+    period ranks single checkpoints unreliably against the test period. The mean of the
+    members' job logits ranks a queue as the product of their policies does (the
+    softmax of a mean of logits is the normalised geometric mean of the members'
+    probabilities); the placement logits and the value are averaged likewise. Masked
+    entries stay :data:`MASKED` (the members mask the same entries: the mask is an
+    input). It has :class:`PolicyNet`'s two entry points (``forward``, the deploy
+    contract, which ONNX export traces into one graph, and ``forward_batch``) and costs
+    ``K`` times one net's inference. It does not train: RL and imitation refuse it as
+    ``--init``.
+
+    Raises:
+        ValueError: With no member, or members of different configurations.
+    """
+
+    def __init__(self, members: Sequence[PolicyNet]) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("an ensemble needs at least one net")
+        self.config = members[0].config
+        if any(m.config != self.config for m in members):
+            raise ValueError("the nets of an ensemble must share one configuration (width"
+                             " and feature counts): ensemble checkpoints of one run")
+        self.members = nn.ModuleList(members)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def forward(self, jobs: Tensor, job_mask: Tensor, nodes: Tensor, node_leaf: Tensor,
+                globals: Tensor, cand_sets: Tensor, cand_mask: Tensor, place_job: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`PolicyNet.forward` of every member, averaged."""
+        return _mean_outputs([m(jobs, job_mask, nodes, node_leaf, globals, cand_sets,
+                                cand_mask, place_job) for m in self.nets])
+
+    def forward_batch(self, b: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`PolicyNet.forward_batch` of every member, averaged."""
+        return _mean_outputs([m.forward_batch(b) for m in self.nets])
+
+    @property
+    def nets(self) -> list[PolicyNet]:
+        """The members."""
+        return [m for m in self.members if isinstance(m, PolicyNet)]
+
+
+def _mean_outputs(outs: Sequence[tuple[Tensor, Tensor, Tensor]]
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """The members' ``(job_logits, place_logits, value)`` averaged; masked stays masked."""
+    first = outs[0]
+    mean = [torch.stack([o[i] for o in outs]).mean(0) for i in range(3)]
+    jl = torch.where(first[0] <= MASKED / 2, first[0], mean[0])
+    pl = torch.where(first[1] <= MASKED / 2, first[1], mean[1])
+    return jl, pl, mean[2]
+
+
+#: What a checkpoint holds: one net or an ensemble of them.
+Net = PolicyNet | PolicyEnsemble
+
+
 # ---------------------------------------------------------------------------- checkpoints
 @dataclass
 class Checkpoint:
@@ -743,7 +809,7 @@ class Checkpoint:
         extra: Whatever the caller saved with it (JSON-able).
     """
 
-    net: PolicyNet
+    net: Net
     config: PolicyConfig
     norm: Normalisation
     schema: dict[str, Any]
@@ -751,14 +817,15 @@ class Checkpoint:
     extra: dict[str, Any]
 
 
-def save_checkpoint(path: str | os.PathLike[str], net: PolicyNet,
+def save_checkpoint(path: str | os.PathLike[str], net: Net,
                     extra: Mapping[str, Any] | None = None,
                     norm: Normalisation | None = None) -> None:
     """Save weights, config, feature schema (+ hash) and the rlsched version.
 
     Args:
         path: File to write (``torch.save`` format).
-        net: The net.
+        net: The net, or an ensemble of nets (saved with ``ensemble``: how many; its
+            members' weights under ``members.I.``).
         extra: JSON-able metadata (training config, report...).
         norm: Normalisation the features were computed with (default constants if None).
     """
@@ -771,11 +838,13 @@ def save_checkpoint(path: str | os.PathLike[str], net: PolicyNet,
         "rlsched_version": __version__,
         "extra": dict(extra or {}),
     }
+    if isinstance(net, PolicyEnsemble):
+        payload["ensemble"] = len(net)
     torch.save(payload, os.fspath(path))
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Load a checkpoint saved by :func:`save_checkpoint`.
+    """Load a checkpoint saved by :func:`save_checkpoint` (its ``net`` an ensemble if saved so).
 
     Raises:
         SchemaMismatchError: If its feature schema does not hash like the installed one
@@ -800,7 +869,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             f"{data.get('rlsched_version')!r} it was trained with)")
     assert norm is not None
     config = PolicyConfig.from_dict(data["config"])
-    net = PolicyNet(config)
+    k = int(data.get("ensemble") or 0)
+    net: Net = (PolicyEnsemble([PolicyNet(config) for _ in range(k)]) if k > 0
+                else PolicyNet(config))
     net.load_state_dict(data["state_dict"])
     net.eval()
     return Checkpoint(net, config, norm, saved, str(data.get("rlsched_version")),
@@ -847,7 +918,7 @@ class TorchPolicy(Policy):
       as it grows in training and in production.
 
     Args:
-        net: The net (put in eval mode).
+        net: The net, or an ensemble (put in eval mode).
         history: Users' history for the run-time, usage and locality estimates.
         norm: Normalisation of the features (the checkpoint's).
         settings: Priority settings (the order of the jobs that do not fit now,
@@ -863,7 +934,7 @@ class TorchPolicy(Policy):
 
     name: ClassVar[str] = "torch"
 
-    def __init__(self, net: PolicyNet, *, history: UserHistory | None = None,
+    def __init__(self, net: Net, *, history: UserHistory | None = None,
                  norm: Normalisation | None = None, settings: PrioritySettings | None = None,
                  placement: str = "tree", max_sets: int = 8, rank_all: bool = True,
                  rescore_period: float | None = None) -> None:

@@ -135,11 +135,11 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
         "--hidden", "8", "--episode-jobs", "40", "--val-jobs", "30", "--max-jobs", "16",
         "--budget", "2u", "--eval-every", "1", "--algo-opt", "episodes=2",
         "--val-deployed", "--val-bounds", "--keep-checkpoints", "--starvation-limit",
-        "86400", "--starvation-order", "policy", "--no-progress"])
+        "86400", "--starvation-order", "policy", "--no-progress", "--ensemble", "2"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     out_json = tmp_path / "choice.json"
     assert cc.main([str(run), str(run), "--heuristics", "spf", "--json", str(out_json),
-                    "--val-windows", "2"]) == 0
+                    "--val-windows", "2", "--ensembles", "2"]) == 0
     text = capsys.readouterr().out
     assert "rank correlation of validation bsld with test bsld:" in text
     assert "behind 1 d policy" in text  # the run's own guard
@@ -174,6 +174,18 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
     assert s["points"][2]["test"]["idle_waiting"] == pytest.approx(
         float(ev.metrics["net"]["utilisation"]["idle_waiting"]["nodes"]))
     assert "idle waiting" in text
+    # the ensemble is train rl --ensemble 2's, replayed as evaluate replays that file
+    assert s["ensembles"]["2"]["members"] == json.loads(
+        (run / "summary.json").read_text())["ensemble"]
+    ens = evaluate(prep.jobs, prep.cluster, {"net": str(run / "ensemble.pt")},
+                   EvalConfig(baselines=("slurm", "spf"), resamples=0, windows=1,
+                              guard_heuristics=True, starvation_limit=86400,
+                              starvation_order="policy"),
+                   options=prep.options, priority=prep.priority)
+    assert s["ensembles"]["2"]["test"]["bsld_mean"] == pytest.approx(
+        float(ens.metrics["net"]["bsld"]["mean"]))
+    assert "ensemble of the 2 best validated (train rl --ensemble 2)" in text
+    assert "ensemble of the 2 best validated" in text.split("each rule over all runs")[1]
     lowest = min(s["points"], key=lambda p: (p["test"]["bsld_mean"], p["update"]))
     assert s["choices"]["lowest test bsld (hindsight)"] == lowest["update"]
     passing = [p["update"] for p in s["points"] if all(v is not False for v in p["lines"].values())]

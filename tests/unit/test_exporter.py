@@ -435,3 +435,26 @@ def test_smoke_feeds_a_graph_that_takes_n_leaves(tmp_path):
     assert len(cases) >= 4
     res = smoke(m.session, cases)
     assert res.ok, res.problems
+
+
+def test_export_of_an_ensemble_computes_the_mean_of_its_nets(tmp_path):
+    from trainer.policy import PolicyEnsemble
+
+    a, b = make_net(0), make_net(1)
+    ck = tmp_path / "ensemble.pt"
+    save_checkpoint(ck, PolicyEnsemble([a, b]), extra={"cluster": spec10().to_dict(),
+                                                       "training": TRAINING,
+                                                       "ensemble": {"members": [10, 5]}})
+    res = export(ck, tmp_path / "m.onnx", cases=edge_cases())
+    assert res.parity.ok
+    assert res.card["training"]["ensemble"] == {"nets": 2, "members": [10, 5]}
+    m = load_model(res.path)  # (the helper's checks pass)
+    case = synthetic_case("x", 23, 13, 4, seed=5)
+    got = m.session.run(list(OUTPUTS), case.feed(frozenset(m.input_names)))
+    ra, rb = parity.torch_reference(a, case), parity.torch_reference(b, case)
+    for g, x, y in zip(got, ra, rb, strict=True):
+        masked = x <= MASKED / 2
+        np.testing.assert_array_equal(g <= MASKED / 2, masked)
+        np.testing.assert_allclose(g[~masked], ((x + y) / 2)[~masked], atol=1e-5, rtol=0)
+    # and it is not either net alone
+    assert not np.allclose(got[0][~(ra[0] <= MASKED / 2)], ra[0][~(ra[0] <= MASKED / 2)])

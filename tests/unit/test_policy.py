@@ -22,6 +22,7 @@ from slurm_plugin.placement import candidates  # noqa: E402
 from trainer.policy import (  # noqa: E402
     MASKED,
     PolicyConfig,
+    PolicyEnsemble,
     PolicyNet,
     SchemaMismatchError,
     TorchPolicy,
@@ -303,6 +304,53 @@ def test_checkpoint_round_trip(tmp_path):
     cands = candidates(nr, 1, 1, 0)
     for x, y in zip(run(ck.net, obs, cands, 1), run(net, obs, cands, 1), strict=True):
         assert torch.equal(x, y)
+
+
+def test_ensemble_scores_the_mean_of_its_nets_and_round_trips(tmp_path):
+    nets = [net_for_tests(hidden=12, seed=s) for s in range(3)]
+    ens = PolicyEnsemble(nets).eval()
+    assert len(ens) == 3 and ens.config == nets[0].config
+    obs, nr = make_obs(7, 9, 3)
+    obs = dataclasses.replace(obs, job_mask=np.arange(7) % 3 != 1)  # two do not fit
+    cands = candidates(nr, 1, 1, 0)
+    outs = [run(n, obs, cands, 1) for n in nets]
+    got = run(ens, obs, cands, 1)
+    for i, g in enumerate(got):
+        want = torch.stack([o[i] for o in outs]).mean(0)
+        masked = outs[0][i] <= MASKED / 2
+        assert torch.equal(g[masked], outs[0][i][masked])  # masked entries stay MASKED
+        torch.testing.assert_close(g[~masked], want[~masked])
+    assert bool((got[0] <= MASKED / 2).any())  # (the case has jobs that do not fit)
+    # the training path too, on a batch of two observations
+    batch = batch_tensors([(obs, cands, 1), (make_obs(4, 9, 3, seed=1)[0], None, None)])
+    with torch.no_grad():
+        bouts = [n.forward_batch(batch) for n in nets]
+        bgot = ens.forward_batch(batch)
+    for i, g in enumerate(bgot):
+        want = torch.stack([o[i] for o in bouts]).mean(0)
+        masked = bouts[0][i] <= MASKED / 2
+        torch.testing.assert_close(g[~masked], want[~masked])
+        assert torch.equal(g[masked], bouts[0][i][masked])
+    # saved and loaded as an ensemble, scoring the same
+    path = tmp_path / "e.pt"
+    save_checkpoint(path, ens, {"ensemble": {"members": [5, 10, 15]}})
+    ck = load_checkpoint(path)
+    assert isinstance(ck.net, PolicyEnsemble) and len(ck.net) == 3
+    for x, y in zip(run(ck.net, obs, cands, 1), got, strict=True):
+        assert torch.equal(x, y)
+    assert isinstance(load_checkpoint(_single(tmp_path)).net, PolicyNet)  # one net stays one
+    # a TorchPolicy ranks with it
+    assert TorchPolicy(ck.net).net is ck.net
+    with pytest.raises(ValueError, match="at least one"):
+        PolicyEnsemble([])
+    with pytest.raises(ValueError, match="one configuration"):
+        PolicyEnsemble([nets[0], net_for_tests(hidden=8)])
+
+
+def _single(d):
+    path = d / "one.pt"
+    save_checkpoint(path, net_for_tests(hidden=12))
+    return path
 
 
 def test_checkpoint_saved_before_the_area_prior_loads_without_it(tmp_path):

@@ -1293,3 +1293,95 @@ def test_a_resume_checks_the_saved_input_and_warns_of_another_machine(tmp_path, 
     path.write_text("[1, 2]")
     with pytest.raises(click.ClickException, match="not a run's configuration"):
         _resumed_config(now, path)
+
+
+def test_ensemble_members_rank_as_best_is_chosen_and_leave_out_the_start():
+    from trainer.rl.trainer import ensemble_members
+
+    pts = [{"update": 0, "wait_p99": 1.0, "p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 1.0},
+           {"update": 5, "wait_p99": 9.0, "p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 0.0},
+           {"update": 10, "wait_p99": 2.0, "p99_ok": 1.0, "bsld_ok": 0.0, "util_ok": 1.0},
+           {"update": 15, "wait_p99": 7.0, "p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 1.0},
+           {"update": 20, "wait_p99": 3.0, "p99_ok": 0.0, "bsld_ok": 1.0, "util_ok": 1.0},
+           {"update": 25, "wait_p99": 7.0, "p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 1.0},
+           {"update": 30, "wait_p99": math.nan, "p99_ok": 1.0, "bsld_ok": 1.0,
+            "util_ok": 1.0}]
+    # every bound first (15, 25 tie on p99: earlier first; 30's NaN last among them), then
+    # p99 and bsld (5), then p99 alone (10), then none of p99 (20); never update 0
+    assert ensemble_members(pts, 10, "wait_p99") == [15, 25, 30, 5, 10, 20]
+    assert ensemble_members(pts, 2, "wait_p99") == [15, 25]
+    assert ensemble_members(pts, 0, "wait_p99") == []
+    # without bounds read: the metric alone; a higher-is-better metric reversed
+    plain = [{"update": u, "util": v} for u, v in ((0, 0.99), (5, 0.5), (10, 0.9), (15, 0.7))]
+    assert ensemble_members(plain, 2, "util", lower_better=False) == [10, 15]
+    assert ensemble_members(plain, 2, "util") == [5, 15]
+
+
+def test_ensemble_writes_the_mean_of_the_best_validated_nets(tmp_path):
+    from trainer.policy import PolicyEnsemble, load_checkpoint
+    from trainer.rl.trainer import ensemble_members
+
+    spec, cfg = _short(budget_updates=4, budget_steps=None, eval_every=1, ensemble=2)
+    res = train(spec, cfg, PPOConfig(episodes=2), out=tmp_path)
+    want = ensemble_members(res.curves["val"], 2, "bsld_mean")
+    assert res.members == want and len(want) == 2 and 0 not in want
+    assert res.files["ensemble"] == str(tmp_path / "ensemble.pt")
+    ck = load_checkpoint(tmp_path / "ensemble.pt")
+    assert isinstance(ck.net, PolicyEnsemble) and len(ck.net) == 2
+    assert ck.extra["ensemble"]["members"] == want
+    assert [p["update"] for p in ck.extra["ensemble"]["validation"]] == sorted(want)
+    # its members are the kept checkpoints of those updates (kept: checkpoints/ exists)
+    for member, u in zip(ck.net.nets, want, strict=True):
+        kept = load_checkpoint(tmp_path / "checkpoints" / f"update-{u:05d}.pt").net
+        assert _same(member.state_dict(), kept.state_dict())
+    assert isinstance(res.ensemble, PolicyEnsemble)
+    assert _same(res.ensemble.state_dict(), ck.net.state_dict())
+    # the training is the same with or without it
+    plain = train(spec, dataclasses.replace(cfg, ensemble=0), PPOConfig(episodes=2))
+    assert _same(_weights(plain.net), _weights(res.net)) and plain.ensemble is None
+    # a resume takes the validations before it from their kept checkpoints
+    more = dataclasses.replace(cfg, budget_updates=6, ensemble=3)
+    again = train(spec, more, PPOConfig(episodes=2), out=tmp_path, resume=True)
+    assert again.members == ensemble_members(again.curves["val"], 3, "bsld_mean")
+    assert len(load_checkpoint(tmp_path / "ensemble.pt").net) == 3
+    # an ensemble does not train
+    with pytest.raises(ValueError, match="ensemble of 3 nets"):
+        train(spec, dataclasses.replace(cfg, ensemble=0), PPOConfig(episodes=2),
+              init=str(tmp_path / "ensemble.pt"))
+    with pytest.raises(ValueError, match="ensemble must be >= 0"):
+        dataclasses.replace(cfg, ensemble=-1)
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_rl_ensemble_writes_a_model_evaluate_and_export_read(tmp_path):
+    from trainer.policy import PolicyEnsemble, load_checkpoint
+
+    out = tmp_path / "run"
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
+                  *_SMALL_RUN, "--budget", "3u", "--eval-every", "1", "--algo-opt",
+                  "episodes=2", "--ensemble", "2")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    members = json.loads((out / "summary.json").read_text())["ensemble"]
+    assert len(members) == 2 and 0 not in members
+    assert (f"ensemble: {out / 'ensemble.pt'}, the mean of the 2 nets that validated best:"
+            f" updates {members[0]}, {members[1]}; evaluate or export it as best.pt"
+            ) in res.output
+    ck = load_checkpoint(out / "ensemble.pt")
+    assert isinstance(ck.net, PolicyEnsemble) and ck.extra["ensemble"]["members"] == members
+    assert json.loads((out / "config.json").read_text())["train"]["ensemble"] == 2
+    ev = _invoke("evaluate", f"ens={out / 'ensemble.pt'}", "--trace", str(LUBLIN), "--limit",
+                 "400", "--baselines", "slurm", "--resamples", "0")
+    assert ev.exit_code == 0, ev.output + repr(ev.exception)
+    assert "quality targets of ens" in ev.output
+    refused = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                      str(tmp_path / "again"), *_SMALL_RUN, "--budget", "1u", "--init",
+                      str(out / "ensemble.pt"))
+    assert refused.exit_code != 0
+    assert "an ensemble of 2 nets (train rl --ensemble), which does not train" in (
+        refused.output)
+    few = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "few"), *_SMALL_RUN, "--budget", "1u", "--algo-opt",
+                  "episodes=2", "--ensemble", "3")
+    assert few.exit_code == 0, few.output + repr(few.exception)
+    assert (f"ensemble: only 1 validation after the start, so {tmp_path / 'few'}/ensemble.pt"
+            " holds 1 of the 3 nets asked: update 1; evaluate") in few.output

@@ -151,6 +151,11 @@ class TrainConfig:
     """Also save the net of every validation, ``checkpoints/update-NNNNN.pt`` with its
     validation figures, so that any checkpoint can be evaluated or chosen later (about
     0.3 MB each at the default width); ``best.pt`` and ``last.pt`` are saved anyway."""
+    ensemble: int = 0
+    """Also write ``ensemble.pt``: the :class:`~trainer.policy.PolicyEnsemble` of the
+    ``ensemble`` checkpoints after the start that validated best, in the order that picks
+    ``best.pt`` (:func:`trainer.rl.trainer.ensemble_members`; fewer if fewer were
+    validated). Their nets are kept as with ``keep_checkpoints``. 0: none."""
     val_metric: str = "bsld_mean"
     """Episode metric that picks the best checkpoint (:data:`VAL_METRICS`)."""
     val_deployed: bool = False
@@ -235,6 +240,7 @@ class TrainConfig:
         _need(self.eval_every >= 1 and self.checkpoint_every >= 1, c,
               "eval_every and checkpoint_every must be >= 1")
         _need(self.val_metric in VAL_METRICS, c, f"val_metric must be one of {list(VAL_METRICS)}")
+        _need(self.ensemble >= 0, c, f"ensemble must be >= 0 (0: none), not {self.ensemble}")
         _need(not (self.val_deployed and self.val_metric == "reward_sum"), c,
               "val_deployed has no reward_sum: pick another val_metric")
         _need(not self.val_bounds or self.val_deployed, c,

@@ -50,7 +50,10 @@ Determinism and resume
 
 Outputs (``out``): ``state.pt``, ``best.pt`` and ``last.pt`` (policy checkpoints,
 :func:`trainer.policy.save_checkpoint`), ``curves.json`` and ``curves.png``; with
-``keep_checkpoints``, ``checkpoints/update-NNNNN.pt`` for every validation.
+``keep_checkpoints`` or ``ensemble``, ``checkpoints/update-NNNNN.pt`` for every
+validation; with ``ensemble``, ``ensemble.pt``: the mean of the nets of the
+``ensemble`` validations after the start that rank first (:func:`ensemble_members`), a
+:class:`~trainer.policy.PolicyEnsemble` that evaluates and exports like ``best.pt``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from ..env import incumbent_times
 from ..policy import (
     PLACE_TRAINED,
     PolicyConfig,
+    PolicyEnsemble,
     PolicyNet,
     deterministic_torch,
     load_checkpoint,
@@ -94,19 +98,20 @@ from .report import deployed_metrics, slurm_metrics
 from .workers import RolloutPool, make_pool
 
 __all__ = ["FLAT_VALIDATION_SPREAD", "FlatValidationWarning", "NoEffectWarning", "TrainResult",
-           "Trainer", "flat_validation", "make_spec", "train"]
+           "Trainer", "ensemble_members", "flat_validation", "make_spec", "train"]
 
 #: The bounds ``val_bounds`` reads, most important first (:data:`trainer.bounds.SLURM_BOUNDS`).
 BOUND_KEYS: tuple[str, ...] = tuple(k for k, _ in SLURM_BOUNDS)
 
 #: Fields of :class:`TrainConfig` a resume may change.
 RESUMABLE_CHANGES = frozenset({"budget_steps", "budget_updates", "max_seconds", "workers",
-                               "ray_address", "progress", "keep_checkpoints"})
+                               "ray_address", "progress", "keep_checkpoints", "ensemble"})
 CHECKPOINTS_DIR = "checkpoints"
 
 STATE_FILE = "state.pt"
 BEST_FILE = "best.pt"
 LAST_FILE = "last.pt"
+ENSEMBLE_FILE = "ensemble.pt"
 
 #: Relative spread of the reference agents' validation metric at or under which the
 #: validation window is taken to separate no policies (:func:`flat_validation`).
@@ -224,6 +229,10 @@ class TrainResult:
     wall_s: float
     out: Path | None = None
     files: dict[str, str] = field(default_factory=dict)
+    ensemble: PolicyEnsemble | None = None
+    """With ``ensemble``: the mean of the nets of :attr:`members` (``None``: none)."""
+    members: list[int] = field(default_factory=list)
+    """The updates in :attr:`ensemble`, best validated first."""
 
 
 class Trainer:
@@ -275,6 +284,7 @@ class Trainer:
         self.options = options
         self.priority = priority
         self._slurm_val: dict[str, float] | None = None
+        self._kept_nets: dict[int, dict[str, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _config_dict(self) -> dict[str, Any]:
@@ -289,7 +299,11 @@ class Trainer:
             net = PolicyNet(init.config)
             net.load_state_dict(init.state_dict())
             return net
-        return load_checkpoint(init).net
+        loaded = load_checkpoint(init).net
+        if not isinstance(loaded, PolicyNet):
+            raise ValueError(f"{os.fspath(init)}: an ensemble of {len(loaded)} nets, which"
+                             " does not train: start from one net")
+        return loaded
 
     def _lower_better(self) -> bool:
         return VAL_METRICS[self.cfg.val_metric]
@@ -421,6 +435,13 @@ class Trainer:
         best_net.load_state_dict(best_state)
         best_net.eval()
         net.eval()
+        ens, members = self._ensemble(net.config, curves)
+        if ens is not None and self.out is not None:
+            save_checkpoint(self.out / ENSEMBLE_FILE, ens, norm=self.spec.norm, extra={
+                **self.meta, "config": self._config_dict(), "ensemble": {
+                    "members": members, "val_metric": cfg.val_metric,
+                    "validation": [p for p in curves["val"] if p["update"] in members]}})
+            files["ensemble"] = str(self.out / ENSEMBLE_FILE)
         if self.out is not None:
             meta = {**self.meta, "config": self._config_dict(), "updates": updates,
                     "steps": steps}
@@ -437,7 +458,38 @@ class Trainer:
             if png is not None:
                 files["curves_png"] = str(png)
         return TrainResult(net, best_net, best, curves, updates, steps,
-                           time.perf_counter() - wall0, self.out, files)
+                           time.perf_counter() - wall0, self.out, files, ens, members)
+
+    def _ensemble(self, config: PolicyConfig, curves: Mapping[str, Any]
+                  ) -> tuple[PolicyEnsemble | None, list[int]]:
+        """The ensemble of ``ensemble`` (``None`` and no members: none asked, or no net).
+
+        A member's weights are those kept in this process, else its kept checkpoint (a
+        validation before a resume); validations with neither are not candidates.
+        """
+        k = self.cfg.ensemble
+        if not k:
+            return None, []
+        ckdir = None if self.out is None else self.out / CHECKPOINTS_DIR
+
+        def have(u: int) -> bool:
+            return u in self._kept_nets or (
+                ckdir is not None and (ckdir / f"update-{u:05d}.pt").is_file())
+
+        members = ensemble_members([p for p in curves["val"] if have(int(p["update"]))], k,
+                                   self.cfg.val_metric, self._lower_better())
+        nets = []
+        for u in members:
+            if u in self._kept_nets:
+                n = PolicyNet(config)
+                n.load_state_dict(self._kept_nets[u])
+            else:
+                assert ckdir is not None
+                loaded = load_checkpoint(ckdir / f"update-{u:05d}.pt").net
+                assert isinstance(loaded, PolicyNet)
+                n = loaded
+            nets.append(n.eval())
+        return (PolicyEnsemble(nets).eval(), members) if nets else (None, [])
 
     def _spent(self, updates: int, steps: int, wall0: float) -> bool:
         c = self.cfg
@@ -469,7 +521,10 @@ class Trainer:
                               self.cfg.val_metric: v, "wall_s": time.perf_counter() - wall0})
         key = self.cfg.val_metric
         kept = _kept(m)
-        if self.cfg.keep_checkpoints and self.out is not None:
+        if self.cfg.ensemble and updates > 0:  # (its members, by update: ensemble_members)
+            self._kept_nets[updates] = {k: x.detach().clone()
+                                        for k, x in net.state_dict().items()}
+        if (self.cfg.keep_checkpoints or self.cfg.ensemble) and self.out is not None:
             (self.out / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
             save_checkpoint(self.out / CHECKPOINTS_DIR / f"update-{updates:05d}.pt", net,
                             norm=self.spec.norm, extra={
@@ -582,6 +637,27 @@ def train(spec: EnvSpec, config: TrainConfig | None = None,
           meta: dict[str, Any] | None = None) -> TrainResult:
     """Train a policy (see :class:`Trainer`)."""
     return Trainer(spec, config or TrainConfig(), algo_config, init, out, meta).run(resume)
+
+
+def ensemble_members(points: Sequence[Mapping[str, Any]], k: int, metric: str,
+                     lower_better: bool = True) -> list[int]:
+    """The updates of the ``k`` validations after the start that rank first, best first.
+
+    ``points``: validation points (``curves.json``'s ``val``). They rank as
+    :meth:`Trainer._beats` picks ``best.pt``: more of Slurm's bounds kept first (when
+    they were read, ``val_bounds``), then the better ``metric`` (a missing or NaN one
+    last), then the earlier update. Update 0, the weights training started from (the
+    ``--init`` net or random ones), is not a candidate: the ensemble is of what
+    training learned.
+    """
+    def key(p: Mapping[str, Any]) -> tuple[tuple[float, ...], float, int]:
+        kept = _kept(p)
+        v = float(p.get(metric, math.nan))
+        v = math.inf if math.isnan(v) else (v if lower_better else -v)
+        return tuple(-x for x in kept) if kept is not None else (), v, int(p["update"])
+
+    later = {int(p["update"]): p for p in points if int(p["update"]) > 0}
+    return [int(p["update"]) for p in sorted(later.values(), key=key)[:max(0, k)]]
 
 
 def _kept(m: Mapping[str, float]) -> tuple[float, ...] | None:
