@@ -1339,6 +1339,10 @@ def test_ensemble_writes_the_mean_of_the_best_validated_nets(tmp_path):
     # the training is the same with or without it
     plain = train(spec, dataclasses.replace(cfg, ensemble=0), PPOConfig(episodes=2))
     assert _same(_weights(plain.net), _weights(res.net)) and plain.ensemble is None
+    # without an output folder the members are kept in memory: the same ensemble
+    mem = train(spec, cfg, PPOConfig(episodes=2))
+    assert mem.members == want and mem.ensemble is not None
+    assert _same(mem.ensemble.state_dict(), ck.net.state_dict())
     # a resume takes the validations before it from their kept checkpoints
     more = dataclasses.replace(cfg, budget_updates=6, ensemble=3)
     again = train(spec, more, PPOConfig(episodes=2), out=tmp_path, resume=True)

@@ -464,8 +464,9 @@ class Trainer:
                   ) -> tuple[PolicyEnsemble | None, list[int]]:
         """The ensemble of ``ensemble`` (``None`` and no members: none asked, or no net).
 
-        A member's weights are those kept in this process, else its kept checkpoint (a
-        validation before a resume); validations with neither are not candidates.
+        A member's weights are its kept checkpoint (``out``), else those kept in memory
+        (no ``out``); validations with neither (before a resume that turned ``ensemble``
+        on) are not candidates.
         """
         k = self.cfg.ensemble
         if not k:
@@ -521,7 +522,7 @@ class Trainer:
                               self.cfg.val_metric: v, "wall_s": time.perf_counter() - wall0})
         key = self.cfg.val_metric
         kept = _kept(m)
-        if self.cfg.ensemble and updates > 0:  # (its members, by update: ensemble_members)
+        if self.cfg.ensemble and updates > 0 and self.out is None:  # (else kept on disk)
             self._kept_nets[updates] = {k: x.detach().clone()
                                         for k, x in net.state_dict().items()}
         if (self.cfg.keep_checkpoints or self.cfg.ensemble) and self.out is not None:
