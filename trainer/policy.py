@@ -48,7 +48,9 @@ node and leaf (up to float rounding; a test compares both).
 Checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`) hold the weights, the
 :class:`PolicyConfig`, the feature schema (:func:`slurm_plugin.features.schema`, with
 its normalisation constants), its hash and the rlsched version; a checkpoint whose
-schema does not hash like the installed one is refused.
+schema does not hash like the installed one is refused. A checkpoint may hold a
+:class:`PolicyEnsemble` (``train rl --ensemble``): several nets of one configuration
+whose outputs are averaged, loaded and exported as one net is.
 
 :class:`TorchPolicy` plugs a net into the simulator's :class:`~trainer.sim.policies.Policy`
 interface, so ``simulate()`` evaluates it against every baseline.
