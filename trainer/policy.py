@@ -746,8 +746,7 @@ class PolicyEnsemble(nn.Module):
     entries stay :data:`MASKED` (the members mask the same entries: the mask is an
     input). It has :class:`PolicyNet`'s two entry points (``forward``, the deploy
     contract, which ONNX export traces into one graph, and ``forward_batch``) and costs
-    ``K`` times one net's inference. It does not train: RL and imitation refuse it as
-    ``--init``.
+    ``K`` times one net's inference. It does not train: ``train rl --init`` refuses it.
 
     Raises:
         ValueError: With no member, or members of different configurations.
