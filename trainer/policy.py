@@ -118,8 +118,9 @@ MASKED = -1e9
 #: priority, which is a 32-bit unsigned integer).
 FITS_FIRST = 1e10
 
-#: Bumped when the checkpoint layout changes.
-CHECKPOINT_FORMAT = 1
+#: Bumped when the checkpoint layout changes: the newest layout this version reads. 2: a
+#: :class:`PolicyEnsemble` (one net is still saved as 1, which every version reads).
+CHECKPOINT_FORMAT = 2
 
 #: Column of the job features that :attr:`PolicyNet.est_prior` weighs.
 _EST = JOB_FEATURES.index("log_est_run")
@@ -831,7 +832,7 @@ def save_checkpoint(path: str | os.PathLike[str], net: Net,
         norm: Normalisation the features were computed with (default constants if None).
     """
     payload = {
-        "format": CHECKPOINT_FORMAT,
+        "format": CHECKPOINT_FORMAT if isinstance(net, PolicyEnsemble) else 1,
         "state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
         "config": net.config.to_dict(),
         "schema": schema(norm),
@@ -850,11 +851,17 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     Raises:
         SchemaMismatchError: If its feature schema does not hash like the installed one
             (features added, removed, reordered or computed differently since).
-        ValueError: If the file is not an rlsched checkpoint.
+        ValueError: If the file is not an rlsched checkpoint, or has a layout newer than
+            this version reads (:data:`CHECKPOINT_FORMAT`).
     """
     data = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
     if not isinstance(data, dict) or "schema_hash" not in data or "state_dict" not in data:
         raise ValueError(f"{os.fspath(path)}: not an rlsched policy checkpoint")
+    fmt = data.get("format", 1)
+    if not isinstance(fmt, int) or fmt > CHECKPOINT_FORMAT:
+        raise ValueError(f"{os.fspath(path)}: checkpoint format {fmt!r}, saved by rlsched"
+                         f" {data.get('rlsched_version')!r}; this rlsched reads formats up to"
+                         f" {CHECKPOINT_FORMAT}: upgrade rlsched to load it")
     saved = data["schema"]
     try:
         norm = Normalisation(**saved["normalisation"])

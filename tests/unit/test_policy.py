@@ -339,6 +339,15 @@ def test_ensemble_scores_the_mean_of_its_nets_and_round_trips(tmp_path):
     for x, y in zip(run(ck.net, obs, cands, 1), got, strict=True):
         assert torch.equal(x, y)
     assert isinstance(load_checkpoint(_single(tmp_path)).net, PolicyNet)  # one net stays one
+    # an ensemble is layout 2, one net layout 1 (what every version reads); newer: refused
+    assert torch.load(path, weights_only=True)["format"] == 2
+    assert torch.load(_single(tmp_path), weights_only=True)["format"] == 1
+    data = torch.load(path, weights_only=True)
+    data["format"] = 3
+    torch.save(data, tmp_path / "newer.pt")
+    with pytest.raises(ValueError, match="checkpoint format 3, saved by rlsched .* reads"
+                                         " formats up to 2: upgrade rlsched"):
+        load_checkpoint(tmp_path / "newer.pt")
     # a TorchPolicy ranks with it
     assert TorchPolicy(ck.net).net is ck.net
     with pytest.raises(ValueError, match="at least one"):
