@@ -132,6 +132,8 @@ class Point:
     lines: dict[str, bool | None] = field(default_factory=dict)
     windows: list[dict[str, float]] = field(default_factory=list)
     """Its figures on each ``--val-windows`` window (oldest first; empty without)."""
+    members: list[int] = field(default_factory=list)
+    """An ensemble's members' updates, best first (empty: one checkpoint)."""
 
     @property
     def passes_all(self) -> bool:
@@ -151,7 +153,7 @@ class Run:
     slurm_val: dict[str, float]
     ensembles: dict[int, Point] = field(default_factory=dict)
     """With ``--ensembles``: per K, the ensemble's test figures (``update``: -K; ``path``:
-    its file; ``val``: its members' updates as ``{"member_I": update}``)."""
+    its file; ``members``: its members' updates; no validation figures)."""
 
 
 def read_run(path: Path) -> Run:
@@ -208,7 +210,7 @@ def make_ensembles(run: Run, sizes: Sequence[int], where: Path) -> None:
 
     Fills ``run.ensembles`` (their figures come with :func:`replay_test`).
     """
-    from trainer.policy import PolicyEnsemble, PolicyNet, load_checkpoint, save_checkpoint
+    from trainer.policy import load_ensemble, save_checkpoint
     from trainer.rl.config import VAL_METRICS
     from trainer.rl.trainer import ensemble_members
 
@@ -219,12 +221,10 @@ def make_ensembles(run: Run, sizes: Sequence[int], where: Path) -> None:
                                    metric, VAL_METRICS[metric])
         if not members:
             continue
-        cks = [load_checkpoint(by_update[u].path) for u in members]
-        nets = [c.net for c in cks if isinstance(c.net, PolicyNet)]
+        ck = load_ensemble([by_update[u].path for u in members])
         path = where / f"{run.path.name}-ensemble-{k}.pt"
-        save_checkpoint(path, PolicyEnsemble(nets), norm=cks[0].norm, extra=cks[0].extra)
-        run.ensembles[k] = Point(-k, path, {f"member_{i}": float(u)
-                                            for i, u in enumerate(members)})
+        save_checkpoint(path, ck.net, norm=ck.norm, extra=ck.extra)
+        run.ensembles[k] = Point(-k, path, {}, members=list(members))
 
 
 def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
@@ -409,7 +409,7 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
              else f"{rho:+.2f}"))
     picks = choices(run)
     summary_rows = [[f"ensemble of the {k} best validated (train rl --ensemble {k})",
-                     "+".join(f"u{int(u)}" for u in e.val.values()),
+                     "+".join(f"u{u}" for u in e.members),
                      f"{e.test['bsld_mean']:.1f}", f"{e.test['wait_p99']:,.0f}",
                      f"{e.test['util']:.4f}", "yes" if e.passes_all else "no"]
                     for k, e in run.ensembles.items()]
@@ -431,7 +431,7 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
             "slurm_windows": test.get("slurm_windows", []),
             "points": [{"update": p.update, "val": p.val, "test": p.test, "lines": p.lines,
                         "windows": p.windows} for p in run.points],
-            "ensembles": {str(k): {"members": [int(u) for u in e.val.values()],
+            "ensembles": {str(k): {"members": e.members,
                                    "test": e.test, "lines": e.lines, "passes": e.passes_all}
                           for k, e in run.ensembles.items()}}
 

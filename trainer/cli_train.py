@@ -1,4 +1,4 @@
-"""``rlsched train imitate|rl|all``: learn a policy from a site's history.
+"""``rlsched train imitate|rl|all|ensemble``: learn a policy from a site's history.
 
 - ``imitate``: DL²'s warm start: reconstruct the site's decisions and train the policy
   network to imitate them (:mod:`trainer.imitate`); writes ``imitation.pt`` and
@@ -8,6 +8,8 @@
   ``--resume``), ``curves.json``/``curves.png``, ``summary.json``, and prints the
   validation window's comparison with the Slurm baseline and the best heuristic.
 - ``all``: ``imitate`` then ``rl`` from the imitation weights, in one output folder.
+- ``ensemble``: one model from several ``rl`` runs validated alike (e.g. other seeds):
+  the mean of the nets of their best validations (:mod:`trainer.ensemble`).
 
 Input is a trace (``--trace``) or the store (``--db``/``--cluster``), sliced with
 ``--since``/``--window``/``--limit`` (:mod:`trainer.sim.load`). Each command has one
@@ -935,3 +937,60 @@ def all_cmd(**kwargs: Any) -> None:
         _, extra = _imitate(data, cmd, out, dict(cmd.train).get("speed_model") or "none")
         resolved.update(extra)
     _rl(data, dataclasses.replace(cmd, init=str(ck)), out, str(ck), resolved)
+
+
+@train.command("ensemble")
+@click.argument("runs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False))
+@click.option("--members", "k", type=click.IntRange(min=1), default=4, show_default=True,
+              help="How many nets to average.")
+@click.option("--per-run", type=click.IntRange(min=1),
+              help="The most members from one run (default: --members shared out evenly,"
+                   " rounded up).")
+@click.option("--out", type=click.Path(dir_okay=False), required=True,
+              help="The ensemble checkpoint to write (e.g. ensemble.pt).")
+def ensemble_cmd(runs: tuple[str, ...], k: int, per_run: int | None, out: str) -> None:
+    """Average the best validated checkpoints of several RL runs into one model.
+
+    RUNS are 'train rl' output folders with their checkpoints kept (--keep-checkpoints
+    or --ensemble), trained on one history and validated alike (the same validation
+    period, guard, --val-metric and --val-bounds; it says which setting differs
+    otherwise), typically the same command with other --seed values. Their validations
+    rank in one list as best.pt is chosen; the first --members are taken, at most
+    --per-run from any one run. Runs of other seeds err less alike than checkpoints of
+    one run, which 'train rl --ensemble K' averages. The file is read by evaluate, export
+    and the helper as one net; scoring costs one net's time per member.
+    """
+    from slurm_plugin.output import table
+
+    from .ensemble import combine, read_run
+    from .policy import save_checkpoint
+
+    try:
+        folders = [read_run(r) for r in runs]
+        ck, members = combine(folders, k, per_run)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    metric = str(folders[0].config["train"].get("val_metric", "bsld_mean"))
+    save_checkpoint(out, ck.net, extra=ck.extra, norm=ck.norm)
+    rows = [[m["run"], "" if m["seed"] is None else m["seed"], m["update"],
+             f"{float(m.get(metric, float('nan'))):.4g}",
+             _kept_words(m)] for m in members]
+    table(["run", "seed", "update", f"validation {metric}", "Slurm's bounds kept"], rows)
+    cap = ck.extra["ensemble"]["per_run"]
+    short = (f" ({len(members)} of the {k} asked: no more validations after the start"
+             f" with their checkpoint, at most {cap} per run)") if len(members) < k else ""
+    click.echo(f"wrote {out}: the mean of {len(members)} nets from"
+               f" {len({m['run'] for m in members})} of {len(folders)} runs{short};"
+               " evaluate or export it as best.pt", err=True)
+
+
+def _kept_words(point: Mapping[str, Any]) -> str:
+    """Which of Slurm's bounds a validation kept, in words ('' when not read)."""
+    from .rl.trainer import BOUND_KEYS
+
+    if "p99_ok" not in point:
+        return ""
+    kept = [k.removesuffix("_ok") for k in BOUND_KEYS if float(point.get(k, 0.0)) >= 1.0]
+    return ", ".join(kept) if kept else "none"
+

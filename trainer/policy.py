@@ -106,6 +106,7 @@ __all__ = [
     "TorchPolicy",
     "batch_tensors",
     "load_checkpoint",
+    "load_ensemble",
     "obs_tensors",
     "place_head_trained",
     "save_checkpoint",
@@ -884,6 +885,36 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     net.eval()
     return Checkpoint(net, config, norm, saved, str(data.get("rlsched_version")),
                       dict(data.get("extra") or {}))
+
+
+def load_ensemble(paths: Sequence[str | os.PathLike[str]]) -> Checkpoint:
+    """The one-net checkpoints at ``paths`` as one :class:`PolicyEnsemble` checkpoint.
+
+    Its ``norm``, ``schema``, ``version`` and ``extra`` are the first checkpoint's.
+
+    Raises:
+        SchemaMismatchError: As :func:`load_checkpoint`.
+        ValueError: With no path, a file that is not a checkpoint or holds an ensemble
+            already, or nets of other configurations or normalisation constants (nets
+            not trained on one history with one width).
+    """
+    if not paths:
+        raise ValueError("an ensemble needs at least one checkpoint")
+    cks = [load_checkpoint(p) for p in paths]
+    nets = []
+    for p, ck in zip(paths, cks, strict=True):
+        where = os.fspath(p)
+        if not isinstance(ck.net, PolicyNet):
+            raise ValueError(f"{where}: already an ensemble of {len(ck.net)} nets; give the"
+                             " checkpoints of single nets (checkpoints/update-NNNNN.pt)")
+        if ck.norm != cks[0].norm or ck.config != cks[0].config:
+            raise ValueError(f"{where}: its net's width or feature normalisation differs from"
+                             f" {os.fspath(paths[0])}'s; an ensemble takes nets trained on"
+                             " one history with one --hidden")
+        nets.append(ck.net)
+    first = cks[0]
+    return Checkpoint(PolicyEnsemble(nets).eval(), first.config, first.norm, first.schema,
+                      first.version, first.extra)
 
 
 # ---------------------------------------------------------------------------- simulator

@@ -356,6 +356,38 @@ def test_ensemble_scores_the_mean_of_its_nets_and_round_trips(tmp_path):
         PolicyEnsemble([nets[0], net_for_tests(hidden=8)])
 
 
+def test_load_ensemble_averages_single_net_checkpoints_and_refuses_what_does_not_mix(
+        tmp_path):
+    from trainer.policy import load_ensemble
+
+    nets = [net_for_tests(hidden=12, seed=s) for s in range(2)]
+    norm = Normalisation(time_scale=60.0)
+    paths = []
+    for i, n in enumerate(nets):
+        paths.append(tmp_path / f"n{i}.pt")
+        save_checkpoint(paths[-1], n, {"i": i}, norm=norm)
+    ck = load_ensemble(paths)
+    assert isinstance(ck.net, PolicyEnsemble) and len(ck.net) == 2
+    assert ck.extra == {"i": 0} and ck.norm == norm  # the first checkpoint's
+    obs, nr = make_obs(6, 9, 3)
+    cands = candidates(nr, 1, 1, 0)
+    for x, y in zip(run(ck.net, obs, cands, 1), run(PolicyEnsemble(nets).eval(), obs, cands,
+                                                    1), strict=True):
+        assert torch.equal(x, y)
+    with pytest.raises(ValueError, match="at least one checkpoint"):
+        load_ensemble([])
+    save_checkpoint(tmp_path / "e.pt", ck.net, norm=norm)
+    with pytest.raises(ValueError, match="e.pt: already an ensemble of 2 nets"):
+        load_ensemble([paths[0], tmp_path / "e.pt"])
+    save_checkpoint(tmp_path / "other_norm.pt", nets[1])  # default constants
+    with pytest.raises(ValueError, match="other_norm.pt: its net's width or feature"
+                                         " normalisation differs from .*n0.pt's"):
+        load_ensemble([paths[0], tmp_path / "other_norm.pt"])
+    save_checkpoint(tmp_path / "narrow.pt", net_for_tests(hidden=8), norm=norm)
+    with pytest.raises(ValueError, match="narrow.pt: its net's width"):
+        load_ensemble([paths[0], tmp_path / "narrow.pt"])
+
+
 def _single(d):
     path = d / "one.pt"
     save_checkpoint(path, net_for_tests(hidden=12))

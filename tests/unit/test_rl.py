@@ -800,7 +800,7 @@ def _invoke(*args: str):
 
 def test_train_command_is_registered_with_help():
     assert cli.COMMANDS["train"].extra == "train"
-    for sub in ((), ("imitate",), ("rl",), ("all",)):
+    for sub in ((), ("imitate",), ("rl",), ("all",), ("ensemble",)):
         res = _invoke("train", *sub, "--help")
         assert res.exit_code == 0, res.output
         assert "Usage" in res.output and len(res.output) > 200
@@ -1317,6 +1317,31 @@ def test_ensemble_members_rank_as_best_is_chosen_and_leave_out_the_start():
     assert ensemble_members(plain, 2, "util") == [5, 15]
 
 
+def test_pooled_members_rank_runs_in_one_list_with_a_cap_per_run():
+    from trainer.rl.trainer import ensemble_members, pooled_members
+
+    a = [{"update": 0, "bsld_mean": 0.5}, {"update": 5, "bsld_mean": 3.0},
+         {"update": 10, "bsld_mean": 1.0}, {"update": 15, "bsld_mean": 2.0}]
+    b = [{"update": 0, "bsld_mean": 0.1}, {"update": 5, "bsld_mean": 2.0},
+         {"update": 10, "bsld_mean": 4.0}]
+    # one list: a10 (1.0), then a15 and b5 tie on 2.0 (the earlier update first, then
+    # the earlier run), a5, b10; update 0 of either never
+    assert pooled_members([a, b], 10, "bsld_mean") == [(0, 10), (1, 5), (0, 15), (0, 5),
+                                                        (1, 10)]
+    assert pooled_members([a, b], 3, "bsld_mean") == [(0, 10), (1, 5), (0, 15)]
+    # at most one per run: the best of each
+    assert pooled_members([a, b], 3, "bsld_mean", per_run=1) == [(0, 10), (1, 5)]
+    assert pooled_members([a, b], 3, "bsld_mean", per_run=2) == [(0, 10), (1, 5), (0, 15)]
+    # one run: what --ensemble takes
+    assert [u for _, u in pooled_members([a], 2, "bsld_mean")] == ensemble_members(
+        a, 2, "bsld_mean")
+    # bounds kept first, as best.pt is chosen
+    kept = [{"update": 5, "bsld_mean": 9.0, "p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 1.0}]
+    lost = [{"update": 5, "bsld_mean": 1.0, "p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 0.0}]
+    assert pooled_members([lost, kept], 1, "bsld_mean") == [(1, 5)]
+    assert pooled_members([a, b], 0, "bsld_mean") == []
+
+
 def test_ensemble_writes_the_mean_of_the_best_validated_nets(tmp_path):
     from trainer.policy import PolicyEnsemble, load_checkpoint
     from trainer.rl.trainer import ensemble_members
@@ -1389,3 +1414,72 @@ def test_train_rl_ensemble_writes_a_model_evaluate_and_export_read(tmp_path):
     assert few.exit_code == 0, few.output + repr(few.exception)
     assert (f"ensemble: only 1 validation after the start, so {tmp_path / 'few'}/ensemble.pt"
             " holds 1 of the 3 nets asked: update 1; evaluate") in few.output
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_ensemble_averages_the_best_validations_of_several_runs(tmp_path):
+    from exporter.onnx_export import _training
+    from trainer.ensemble import read_run
+    from trainer.policy import PolicyEnsemble, load_checkpoint
+
+    runs = []
+    for seed in (1, 2):
+        runs.append(tmp_path / f"s{seed}")
+        res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                      str(runs[-1]), *_SMALL_RUN, "--budget", "3u", "--eval-every", "1",
+                      "--algo-opt", "episodes=2", "--keep-checkpoints", "--seed", str(seed))
+        assert res.exit_code == 0, res.output + repr(res.exception)
+    out = tmp_path / "ens.pt"
+    res = _invoke("train", "ensemble", *map(str, runs), "--members", "4", "--out", str(out))
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    ck = load_checkpoint(out)
+    assert isinstance(ck.net, PolicyEnsemble) and len(ck.net) == 4
+    members = ck.extra["ensemble"]["members"]
+    # two from each run (4 shared out over 2), each run's two best validations
+    for run, seed in zip(runs, (1, 2), strict=True):
+        val = read_run(run).val
+        best2 = sorted((p for p in val if p["update"] > 0),
+                       key=lambda p: (p["bsld_mean"], p["update"]))[:2]
+        assert sorted(m["update"] for m in members if m["run"] == str(run)) == sorted(
+            p["update"] for p in best2)
+        assert {m["seed"] for m in members if m["run"] == str(run)} == {seed}
+    for net, m in zip(ck.net.nets, members, strict=True):
+        kept = load_checkpoint(Path(m["run"]) / "checkpoints" / f"update-{m['update']:05d}.pt")
+        assert _same(net.state_dict(), kept.net.state_dict())
+    assert ck.extra["ensemble"]["per_run"] == 2 and ck.extra["ensemble"]["val_metric"] == (
+        "bsld_mean")
+    assert f"wrote {out}: the mean of 4 nets from 2 of 2 runs; evaluate or export" in (
+        res.output)
+    for m in members:
+        assert f"{m['run']}" in res.output
+    # --per-run 1 with more asked than that allows: one each, and it says so
+    one = _invoke("train", "ensemble", *map(str, runs), "--members", "3", "--per-run", "1",
+                  "--out", str(tmp_path / "one.pt"))
+    assert one.exit_code == 0, one.output + repr(one.exception)
+    assert "the mean of 2 nets from 2 of 2 runs (2 of the 3 asked: no more validations" in (
+        one.output)
+    # the model card names the members (a trace's run names no cluster: the card's
+    # training section alone)
+    assert _training(ck)["ensemble"] == {"nets": 4, "members": members}
+    json.dumps(members)
+    # runs validated otherwise are refused, saying which setting differs
+    other = tmp_path / "p99"
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(other), *_SMALL_RUN, "--budget", "1u", "--algo-opt", "episodes=2",
+                  "--keep-checkpoints", "--val-metric", "wait_p99")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    bad = _invoke("train", "ensemble", str(runs[0]), str(other), "--out",
+                  str(tmp_path / "bad.pt"))
+    assert bad.exit_code != 0 and not (tmp_path / "bad.pt").exists()
+    assert (f"{other} and {runs[0]} were not validated alike (train.val_metric: \"wait_p99\""
+            ' against "bsld_mean")') in bad.output
+    # a folder that is not a run, or has no checkpoint kept after the start
+    nokeep = tmp_path / "nokeep"
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(nokeep), *_SMALL_RUN, "--budget", "1u", "--algo-opt", "episodes=2")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    bad = _invoke("train", "ensemble", str(nokeep), "--out", str(tmp_path / "bad.pt"))
+    assert bad.exit_code != 0 and "no checkpoint kept after the start; train with" in (
+        bad.output)
+    bad = _invoke("train", "ensemble", str(tmp_path), "--out", str(tmp_path / "bad.pt"))
+    assert bad.exit_code != 0 and "no config.json; give the --out folder" in bad.output

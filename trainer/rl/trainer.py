@@ -63,7 +63,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -651,14 +651,48 @@ def ensemble_members(points: Sequence[Mapping[str, Any]], k: int, metric: str,
     ``--init`` net or random ones), is not a candidate: the ensemble is of what
     training learned.
     """
+    key = _rank_key(metric, lower_better)
+    later = {int(p["update"]): p for p in points if int(p["update"]) > 0}
+    return [int(p["update"]) for p in sorted(later.values(), key=key)[:max(0, k)]]
+
+
+def pooled_members(runs: Sequence[Sequence[Mapping[str, Any]]], k: int, metric: str,
+                   lower_better: bool = True, per_run: int | None = None
+                   ) -> list[tuple[int, int]]:
+    """:func:`ensemble_members` over several runs validated alike: ``(run, update)`` pairs.
+
+    ``runs``: each run's validation points (their figures must be comparable: one
+    history, validation period and guard). Every validation after its run's start is
+    ranked in one list as :func:`ensemble_members` ranks one run's (ties on every figure
+    go to the earlier update, then the earlier run); they are taken in that order, at
+    most ``per_run`` from any one run (``None``: no cap), until there are ``k``.
+    """
+    key = _rank_key(metric, lower_better)
+    pool = [(key(p), i, int(p["update"]))
+            for i, pts in enumerate(runs)
+            for p in {int(q["update"]): q for q in pts if int(q["update"]) > 0}.values()]
+    taken: list[tuple[int, int]] = []
+    per: dict[int, int] = {}
+    for _, i, u in sorted(pool):
+        if len(taken) >= k:
+            break
+        if per_run is not None and per.get(i, 0) >= per_run:
+            continue
+        per[i] = per.get(i, 0) + 1
+        taken.append((i, u))
+    return taken
+
+
+def _rank_key(metric: str, lower_better: bool
+              ) -> Callable[[Mapping[str, Any]], tuple[tuple[float, ...], float, int]]:
+    """The order :meth:`Trainer._beats` picks ``best.pt`` by, as a sort key of a point."""
     def key(p: Mapping[str, Any]) -> tuple[tuple[float, ...], float, int]:
         kept = _kept(p)
         v = float(p.get(metric, math.nan))
         v = math.inf if math.isnan(v) else (v if lower_better else -v)
         return tuple(-x for x in kept) if kept is not None else (), v, int(p["update"])
 
-    later = {int(p["update"]): p for p in points if int(p["update"]) > 0}
-    return [int(p["update"]) for p in sorted(later.values(), key=key)[:max(0, k)]]
+    return key
 
 
 def _kept(m: Mapping[str, float]) -> tuple[float, ...] | None:
