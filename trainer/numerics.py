@@ -1,4 +1,4 @@
-"""The same floating-point results on every x86-64 machine, so that a seed gives one net.
+"""The same floating-point results on every Intel x86-64 machine (opt-in: on AMD too).
 
 Torch picks its CPU kernels by the instruction set it finds (ATen's AVX2 or AVX-512
 kernels, MKL's code paths), and each rounds differently. Training amplifies the
@@ -8,14 +8,31 @@ and the three nets scored 297 to 429 mean bounded slowdown on the test period. S
 retraining on another host, or a figure read on another machine, was another net.
 
 Importing :mod:`trainer` therefore pins, before torch is loaded, the kernels every
-x86-64 CPU of the last decade has: ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY``), MKL's
-AVX2 code path (``MKL_CBWR``, MKL's conditional numerical reproducibility) and oneDNN's
-(``ONEDNN_MAX_CPU_ISA``). A variable already set in the environment is kept, and
-``RLSCHED_NUMERICS=native`` pins nothing (each machine's fastest kernels). Training runs
-on one thread (:func:`trainer.policy.deterministic_torch`). The cost was not measurable
-here: 3 epochs of Lublin imitation took 23.3 s pinned and 23.8 s native.
-:func:`describe` says what was in effect; ``config.json`` records it next to every
-output, with numpy's version and SIMD targets and the CPU's model name.
+x86-64 CPU of the last decade has (``portable``, the default): ATen's AVX2 kernels
+(``ATEN_CPU_CAPABILITY``), MKL's AVX2 code path (``MKL_CBWR``, MKL's conditional
+numerical reproducibility) and oneDNN's (``ONEDNN_MAX_CPU_ISA``). A variable already
+set in the environment is kept, and ``RLSCHED_NUMERICS=native`` pins nothing (each
+machine's fastest kernels). Training runs on one thread
+(:func:`trainer.policy.deterministic_torch`). The cost was not measurable here: 3
+epochs of Lublin imitation took 23.3 s pinned and 23.8 s native. :func:`describe` says
+what was in effect; ``config.json`` records it next to every output, with numpy's
+version and SIMD targets and the CPU's model name.
+
+MKL keeps its AVX2 branch on Intel CPUs only: Intel's documentation of conditional
+numerical reproducibility says that on other vendors' CPUs ``MKL_CBWR=AVX2`` runs the
+automatic branch instead, and that its ``COMPATIBLE`` branch gives the same results on
+Intel and compatible CPUs. So ``portable`` repeats a net across Intel machines, not
+across vendors. Measured: on an Intel Xeon (family 6, model 167; stop 59) eight Lublin
+RL runs chose as stop 57's did (the four choices keeping every line scored 134.3,
+149.7, 149.3 and 145.0 on the test period both times), where an AMD EPYC (family 25,
+model 1; stop 58) gave the same imitation net but other RL runs.
+``RLSCHED_NUMERICS=compatible`` pins MKL's ``COMPATIBLE`` branch (the rest as
+``portable``) for a site that trains on both vendors' CPUs; it gives
+another net than ``portable`` (on that Xeon, imitation top-1 0.894 against 0.895), so
+keep one mode for a site. Whether it makes the two vendors agree was not measured (no
+AMD machine was at hand). It costs time (``benchmarks/numerics_cost.py``, side by side
+on that Xeon): 3 epochs of Lublin imitation took 35.0 s against 26.8 s, 4 RL updates
+72.8 s against 65.5 s.
 
 NumPy picks its own SIMD kernels too (``NPY_DISABLE_CPU_FEATURES`` turns them off), and
 they differ by machine as well: on an AVX-512 CPU float64 ``exp``, ``log``, ``log1p`` and
@@ -26,7 +43,9 @@ explicit tie-breaks (``lexsort``, ``kind="stable"``), and the features round flo
 results to float32. Measured on an AVX-512 machine with numpy 2.4.6 (stop 39): the
 Lublin imitation (``--imitate-from seaf``, 3 epochs) and 3 updates of PPO from it gave
 bit-identical weights with numpy's AVX-512 kernels on and off, and with the compiled and
-the Python simulator.
+the Python simulator; stop 59 found the same for 40 updates of Lublin RL from a net
+imitating ``lrf`` (every checkpoint bit-identical with ``NPY_DISABLE_CPU_FEATURES``
+turning off its AVX-512 targets).
 """
 
 from __future__ import annotations
@@ -39,15 +58,22 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 ENV_MODE = "RLSCHED_NUMERICS"
-MODES = ("portable", "native")
+MODES = ("portable", "compatible", "native")
 PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 """What ``portable`` sets where unset: the instruction set every x86-64 CPU since 2013 has."""
+MODE_ENV: dict[str, dict[str, str]] = {
+    "portable": PORTABLE_ENV,
+    "compatible": {**PORTABLE_ENV, "MKL_CBWR": "COMPATIBLE"},
+    "native": {},
+}
+"""What each mode sets where unset. ``compatible``: MKL's branch for Intel and other
+vendors' CPUs alike (its AVX2 branch holds on Intel CPUs only)."""
 
 _X86 = {"x86_64", "amd64", "x64"}
 
 
 def mode(environ: Mapping[str, str] | None = None) -> str:
-    """``portable`` (the default) or ``native``, from ``RLSCHED_NUMERICS``.
+    """``portable`` (the default), ``compatible`` or ``native``, from ``RLSCHED_NUMERICS``.
 
     Any other value warns (saying what to set) and reads as ``portable``.
     """
@@ -63,18 +89,19 @@ def mode(environ: Mapping[str, str] | None = None) -> str:
 
 def pin(environ: MutableMapping[str, str] | None = None, machine: str | None = None
         ) -> dict[str, str]:
-    """Set the portable kernels' variables that are unset; return what it set.
+    """Set the mode's kernel variables (:data:`MODE_ENV`) that are unset; return what it set.
 
     Does nothing under ``RLSCHED_NUMERICS=native``, on a CPU that is not x86-64 (its
     kernels are another family altogether) or once torch is loaded (it has read them).
     """
     env = os.environ if environ is None else environ
     arch = (machine if machine is not None else platform.machine()).lower()
-    if mode(env) == "native" or arch not in _X86:
+    want = MODE_ENV[mode(env)]
+    if not want or arch not in _X86:
         return {}
     if environ is None and "torch" in sys.modules:
         return {}
-    added = {k: v for k, v in PORTABLE_ENV.items() if k not in env}
+    added = {k: v for k, v in want.items() if k not in env}
     env.update(added)
     return added
 

@@ -25,6 +25,16 @@ def test_pin_sets_what_is_unset_and_keeps_what_the_admin_set():
     assert numerics.pin(env, machine="x86_64") == {}  # idempotent
 
 
+def test_compatible_mode_pins_mkls_branch_for_every_vendor():
+    env = {"RLSCHED_NUMERICS": "compatible"}
+    assert numerics.pin(env, machine="x86_64") == {
+        "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    mine = {"RLSCHED_NUMERICS": "compatible", "MKL_CBWR": "AVX2"}  # the admin's kept
+    assert "MKL_CBWR" not in numerics.pin(mine, machine="x86_64")
+    assert mine["MKL_CBWR"] == "AVX2"
+    assert numerics.pin({"RLSCHED_NUMERICS": "compatible"}, machine="aarch64") == {}
+
+
 @pytest.mark.parametrize(("env", "machine"), [
     ({"RLSCHED_NUMERICS": "native"}, "x86_64"),
     ({"RLSCHED_NUMERICS": " Native "}, "AMD64"),
@@ -39,7 +49,7 @@ def test_pin_leaves_native_mode_and_other_cpus_alone(env, machine):
 
 def test_an_unknown_mode_warns_and_reads_as_portable():
     env = {"RLSCHED_NUMERICS": "fast"}
-    with pytest.warns(UserWarning, match="'fast' is not one of portable, native"):
+    with pytest.warns(UserWarning, match="'fast' is not one of portable, compatible, native"):
         assert numerics.pin(env, machine="x86_64")["ATEN_CPU_CAPABILITY"] == "avx2"
 
 
@@ -70,6 +80,9 @@ def test_importing_trainer_first_makes_torch_use_the_avx2_kernels():
     pinned = _probe({}, "trainer")
     assert pinned["mode"] == "portable" and pinned["cpu_capability"] == "AVX2"
     assert pinned["MKL_CBWR"] == "AVX2" and pinned["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    compatible = _probe({"RLSCHED_NUMERICS": "compatible"}, "trainer")
+    assert compatible["mode"] == "compatible" and compatible["MKL_CBWR"] == "COMPATIBLE"
+    assert compatible["cpu_capability"] == "AVX2"
     native = _probe({"RLSCHED_NUMERICS": "native"}, "trainer")
     assert native["mode"] == "native" and native["MKL_CBWR"] is None
     plain = _probe({}, "torch")  # torch first: its own choice, which native keeps
@@ -114,3 +127,27 @@ def test_numpy_simd_says_which_targets_the_environment_turned_off():
         pytest.skip("this numpy dispatches no SIMD target on this CPU")
     off = probe({"NPY_DISABLE_CPU_FEATURES": " ".join(on)})
     assert off is not None and not set(on) & set(off)
+
+
+def test_numerics_cost_reads_the_out_folder_and_digests_the_weights(tmp_path):
+    pytest.importorskip("torch")
+    from trainer.policy import PolicyConfig, PolicyNet, save_checkpoint
+
+    from .benchmark_module import load_benchmark
+
+    nc = load_benchmark("numerics_cost")
+    assert nc.out_folder(["rlsched", "train", "rl", "--out", "/x/y"]) == Path("/x/y")
+    assert nc.out_folder(["rlsched", "--out=/z"]) == Path("/z")
+    assert nc.out_folder(["rlsched", "train"]) is None
+    assert nc.weights_digest(tmp_path / "absent") == ""
+    net = PolicyNet(PolicyConfig(hidden=8))
+    save_checkpoint(tmp_path / "a.pt", net)
+    first = nc.weights_digest(tmp_path)
+    save_checkpoint(tmp_path / "a.pt", net)  # saved again: the same weights
+    assert nc.weights_digest(tmp_path) == first and len(first) == 16
+    with __import__("torch").no_grad():
+        next(net.parameters()).add_(1e-3)
+    save_checkpoint(tmp_path / "a.pt", net)
+    assert nc.weights_digest(tmp_path) != first
+    with pytest.raises(SystemExit, match="after --"):
+        nc.main(["--repeats", "1"])
