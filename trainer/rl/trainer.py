@@ -651,9 +651,7 @@ def ensemble_members(points: Sequence[Mapping[str, Any]], k: int, metric: str,
     ``--init`` net or random ones), is not a candidate: the ensemble is of what
     training learned.
     """
-    key = _rank_key(metric, lower_better)
-    later = {int(p["update"]): p for p in points if int(p["update"]) > 0}
-    return [int(p["update"]) for p in sorted(later.values(), key=key)[:max(0, k)]]
+    return [u for _, u in pooled_members([points], k, metric, lower_better)]
 
 
 def pooled_members(runs: Sequence[Sequence[Mapping[str, Any]]], k: int, metric: str,
