@@ -162,6 +162,6 @@ def edge_cases(seed: int = 0) -> list[Case]:
         synthetic_case("one node", 20, 1, 1, seed=s + 7, busy=0.0),
         synthetic_case("one node, no jobs", 0, 1, 1, seed=s + 8, with_candidates=False),
         synthetic_case("one leaf", 40, 24, 1, seed=s + 9),
-        # jobs' areas in CPUs, not GPUs (the net's area_prior term: log_est_area)
+        # jobs' amounts in CPUs, not GPUs (the priors' terms: log_est_area, log_amount)
         synthetic_case("no GPUs", 30, 16, 4, seed=s + 10, gpus=0),
     ]

@@ -130,6 +130,8 @@ class ImitateCommand(InputOptions):
         max_decisions: Decisions reconstructed at most (``None``: ImitationConfig's).
         imitate_from: ``auto``, ``best``, ``history`` or a baseline name (module
             docstring).
+        teacher_prior: Which prior the teacher fits (``None``: the default;
+            :attr:`trainer.imitate.ImitationConfig.teacher_prior`).
         speed_model: How run times depend on placement in the replay of a baseline
             (:data:`trainer.sim.speed.SPEED_MODELS`).
         starvation_limit: With ``imitate_from`` ``best``: the candidates replay behind
@@ -141,6 +143,7 @@ class ImitateCommand(InputOptions):
     hidden: int | None = None
     max_decisions: int | None = None
     imitate_from: str = "auto"
+    teacher_prior: bool | None = None
     speed_model: str = "none"
     starvation_limit: float = 0.0
     starvation_order: str = "age"
@@ -180,12 +183,14 @@ class AllCommand(RLCommand):
         epochs: Imitation epochs (``None``: ImitationConfig's).
         max_decisions: Imitation decisions at most (``None``: ImitationConfig's).
         imitate_from: ``auto``, ``best``, ``history`` or a baseline name.
+        teacher_prior: Which prior the teacher fits (as :class:`ImitateCommand`).
         hidden: Width of the network (``None``: ImitationConfig's).
     """
 
     epochs: int | None = None
     max_decisions: int | None = None
     imitate_from: str = "auto"
+    teacher_prior: bool | None = None
     hidden: int | None = None
 
 
@@ -404,6 +409,14 @@ def _imitation_options(fn: F) -> F:
                           " best (the baseline reading no recorded run time with the"
                           " lowest mean bsld before the test period), or auto"
                           " (default: slurm when no record waited, else history)."),
+        click.option("--teacher-prior/--no-teacher-prior", default=None,
+                     help="Fit the teacher's own order into one weight of the net before"
+                          " training, kept alone when it agrees at least as well as the"
+                          " trained head: seaf's (area_prior) and, with this flag, lrf's"
+                          " (amount_prior: fewest GPUs or CPUs first; not the default,"
+                          " as RL started worse from it on Lublin: admin guide, section"
+                          " 3). Default: sef's and seaf's only. --no-teacher-prior: the"
+                          " shortest-estimate weight (est_prior) for every teacher."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -596,7 +609,8 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     from .sim.policies import BASELINES
 
     over: dict[str, Any] = {k: v for k, v in (("epochs", cmd.epochs), ("hidden", cmd.hidden),
-                                              ("max_decisions", cmd.max_decisions))
+                                              ("max_decisions", cmd.max_decisions),
+                                              ("teacher_prior", cmd.teacher_prior))
                             if v is not None}
     source, choice = _imitation_source(data, cmd.imitate_from, cmd, speed_model)
     icfg = ImitationConfig(seed=cmd.seed, progress=_show(cmd), threads=1,
@@ -634,10 +648,12 @@ def _imitate(data: _Data, cmd: ImitateCommand | AllCommand, out: Path, speed_mod
     if report.est_prior is not None:
         click.echo(f"imitation: est_prior (weight of shortest estimate first) fitted"
                    f" {report.est_prior:.2f}, trained {report.est_prior_final:.2f}", err=True)
-    if report.area_prior is not None:
-        click.echo(f"imitation: area_prior (weight of smallest estimated area first) fitted"
-                   f" {report.area_prior:.2f}, fixed; est_prior trained from 0 to"
-                   f" {report.est_prior_final:.2f}", err=True)
+    for name, fitted, what in (("area_prior", report.area_prior, "smallest estimated area"),
+                               ("amount_prior", report.amount_prior, "fewest GPUs or CPUs")):
+        if fitted is not None:
+            click.echo(f"imitation: {name} (weight of {what} first) fitted {fitted:.2f},"
+                       f" fixed; est_prior trained from 0 to {report.est_prior_final:.2f}",
+                       err=True)
     if report.prior_alone:
         click.echo(f"imitation: the prior alone agrees with the teacher at least as well as"
                    f" the trained job head on the validation decisions (top-1"

@@ -78,9 +78,10 @@ from .sim.slurm import SchedulerOptions
 from .sim.state import Cluster, JobTable, NodeState, build_jobs
 
 __all__ = [
-    "AREA_TEACHERS",
+    "OWN_PRIOR_DEFAULT",
     "PRIOR_TEACHERS",
     "SPLITS",
+    "TEACHER_PRIORS",
     "Decision",
     "DecisionDataset",
     "ImitationConfig",
@@ -99,12 +100,17 @@ __all__ = [
 
 #: The time splits, in order.
 SPLITS = ("train", "val", "test")
-PRIOR_TEACHERS = ("sef", "seaf")
-"""Teachers whose order a fitted prior alone expresses: ``sef``'s by ``est_prior``
-(shortest estimate first), ``seaf``'s by ``area_prior`` (:data:`AREA_TEACHERS`)."""
-AREA_TEACHERS = ("seaf",)
-"""Teachers whose prior is ``area_prior`` (smallest estimated area first,
-:func:`~trainer.policy.log_est_area`) instead of ``est_prior``."""
+TEACHER_PRIORS = {"sef": "est_prior", "seaf": "area_prior", "lrf": "amount_prior"}
+"""Teachers whose order a fitted prior alone expresses, and the net's prior that does:
+``sef``'s by ``est_prior`` (shortest estimate first), ``seaf``'s by ``area_prior``
+(smallest estimated area first, :func:`~trainer.policy.log_est_area`), ``lrf``'s by
+``amount_prior`` (fewest GPUs, or CPUs, first, :func:`~trainer.policy.log_amount`). The
+last two are fixed (:data:`~trainer.policy.FIXED_PRIORS`): fitted, then not trained."""
+PRIOR_TEACHERS = tuple(TEACHER_PRIORS)
+"""The teachers of :data:`TEACHER_PRIORS`."""
+OWN_PRIOR_DEFAULT = ("sef", "seaf")
+"""The teachers that fit their own prior by default
+(:attr:`ImitationConfig.teacher_prior` ``None``); ``lrf`` only when asked."""
 
 # reconstruction counters
 STARTS = "starts"
@@ -607,15 +613,29 @@ class ImitationConfig:
     """Before training, set the net's ``est_prior`` (the weight of ``-log_est_run`` in
     every job score) to the value that alone best explains the training decisions
     (:func:`fit_est_prior`); the hidden layers then learn the rest. A teacher that
-    orders by the estimate (``sef``) is then copied from the first step. For a teacher in
-    :data:`AREA_TEACHERS` (``seaf``) the fitted weight is ``area_prior``'s instead (of
-    ``-log_est_area``, fixed while ``est_prior`` trains from 0). After training,
+    orders by the estimate (``sef``) is then copied from the first step. For a teacher
+    whose prior is a fixed one (:data:`TEACHER_PRIORS`: ``seaf``; ``lrf`` with
+    :attr:`teacher_prior`) the fitted weight is that prior's instead (``area_prior`` of
+    ``-log_est_area``, ``amount_prior`` of ``-log_amount``; fixed while ``est_prior``
+    trains from 0), so the net orders as that teacher from the first step. After training,
     if the teacher is one whose order the prior expresses (``teacher`` in
     :data:`PRIOR_TEACHERS`) and the prior alone (the job head's output zeroed) agrees with
     it at least as well as the trained job head on the validation decisions, the kept net
     orders jobs by the prior alone (:attr:`ImitationReport.prior_alone`; the head's bias
     moves so that the mean job score, which hold competes with, stays; the other heads
     stay trained): the head's corrections would only add noise to that teacher's order."""
+    teacher_prior: bool | None = None
+    """Which prior a teacher of :data:`TEACHER_PRIORS` fits. ``None`` (the default): its
+    own for ``sef`` and ``seaf`` (:data:`OWN_PRIOR_DEFAULT`), ``est_prior`` for ``lrf``;
+    ``True``: its own for all three (``lrf``'s ``amount_prior`` too); ``False``:
+    ``est_prior`` for every teacher, as nets imitating ``seaf`` were trained before
+    ``area_prior`` existed. A prior other than the teacher's own is never kept alone
+    (``est_prior`` alone is not ``seaf``'s or ``lrf``'s order). ``lrf``'s is not the
+    default because RL started worse from it: on Lublin behind 2 days ``age`` with a
+    15-minute lane (stop 60, an AMD EPYC, seeds 10 to 17 of the admin guide's command),
+    15 of the 64 later checkpoints kept every quality line against 29 of 64 from the
+    net with a trained head, although the net itself scored 150.3 (``lrf``'s order)
+    against 160.6."""
     teacher: str | None = None
     """Name of the baseline whose replay is imitated (``None``: the recorded history).
     Only a teacher in :data:`PRIOR_TEACHERS` may be kept by the prior alone: a prior is
@@ -671,9 +691,11 @@ class ImitationReport:
         reconstruct_s: Wall time of the reconstruction, s.
         train_s: Wall time of training, s.
         est_prior: ``est_prior`` fitted before training (``None``: not fitted, or the
-            teacher's prior is ``area_prior``), and ``est_prior_final`` the kept net's.
-        area_prior: ``area_prior`` fitted before training for a teacher in
-            :data:`AREA_TEACHERS` (``None``: none; it is not trained).
+            teacher's prior is a fixed one), and ``est_prior_final`` the kept net's.
+        area_prior: ``area_prior`` fitted before training for a ``seaf`` teacher
+            (:data:`TEACHER_PRIORS`; ``None``: none; it is not trained).
+        amount_prior: ``amount_prior`` fitted before training for an ``lrf`` teacher
+            (``None``: none; it is not trained either).
         prior_alone: The kept net orders jobs by its prior alone (the job head's output
             zeroed: it agreed with the teacher at least as well on the validation
             decisions), with ``prior_top1`` and ``head_top1`` the two validation top-1
@@ -691,6 +713,7 @@ class ImitationReport:
     est_prior: float | None = None
     est_prior_final: float | None = None
     area_prior: float | None = None
+    amount_prior: float | None = None
     prior_alone: bool = False
     prior_top1: float | None = None
     head_top1: float | None = None
@@ -701,30 +724,29 @@ class ImitationReport:
 
 
 def fit_est_prior(decisions: Sequence[Decision], bound: float = 20.0,
-                  iterations: int = 50, *, area: bool = False) -> float:
-    """The weight ``w`` of ``-log_est_run`` that alone best explains the decisions.
+                  iterations: int = 50, *, prior: str = "est_prior") -> float:
+    """The weight ``w`` of the net's prior ``prior`` that alone best explains the decisions.
 
     Maximises the likelihood of the chosen rows under ``softmax(-w x)`` over the rows
-    that fit now (``x``: the ``log_est_run`` column, or with ``area`` the net's
-    :func:`~trainer.policy.log_est_area`; the hold action is left out): a
+    that fit now (``x``: what the prior weighs, :func:`~trainer.policy.prior_input`:
+    the ``log_est_run`` column for ``est_prior``, :func:`~trainer.policy.log_est_area`
+    for ``area_prior``, :func:`~trainer.policy.log_amount` for ``amount_prior``; the
+    hold action is left out): a
     convex problem in one variable, solved by Newton steps from 0 and clipped to
     ``[-bound, bound]`` (a teacher that always starts the shortest estimate among those
     that fit has no finite optimum). Decisions with fewer than two choices carry no
     information and are skipped; without any, 0.
     """
-    from .policy import _EST, gpu_cluster, log_est_area
+    from .policy import gpu_cluster, prior_input
 
     rows = []
     for d in decisions:
         m = np.asarray(d.obs.job_mask, dtype=bool)
         if np.count_nonzero(m) < 2 or not m[d.chosen]:
             continue
-        if area:
-            gpu = gpu_cluster(torch.from_numpy(np.asarray(d.obs.nodes, dtype=np.float32)))
-            x = log_est_area(torch.from_numpy(np.asarray(d.obs.jobs, dtype=np.float32)),
-                             gpu).numpy().astype(np.float64)
-        else:
-            x = d.obs.jobs[:, _EST].astype(np.float64)
+        gpu = gpu_cluster(torch.from_numpy(np.asarray(d.obs.nodes, dtype=np.float32)))
+        x = prior_input(prior, torch.from_numpy(np.asarray(d.obs.jobs, dtype=np.float32)),
+                        gpu).numpy().astype(np.float64)
         rows.append((x[m], float(x[d.chosen])))
     if not rows:
         return 0.0
@@ -821,12 +843,15 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
     with deterministic_torch(cfg.threads):
         torch.manual_seed(cfg.seed)
         net = PolicyNet(PolicyConfig(hidden=cfg.hidden))
-        area = cfg.teacher in AREA_TEACHERS
-        prior = (fit_est_prior(data["train"], cfg.prior_max, area=area) if cfg.prior_fit
+        own = (cfg.teacher in OWN_PRIOR_DEFAULT if cfg.teacher_prior is None
+               else cfg.teacher_prior)
+        which = TEACHER_PRIORS.get(cfg.teacher or "", "est_prior") if own else "est_prior"
+        fixed = which != "est_prior"  # a buffer: est_prior trains from 0 beside it
+        prior = (fit_est_prior(data["train"], cfg.prior_max, prior=which) if cfg.prior_fit
                  else None)
         if prior is not None:
             with torch.no_grad():
-                (net.area_prior if area else net.est_prior).fill_(prior)
+                getattr(net, which).fill_(prior)
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         rng = np.random.default_rng(cfg.seed)
         train = data["train"]
@@ -867,7 +892,7 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
         net.load_state_dict(best_state)
         net.eval()
         prior_alone, prior_top1, head_top1 = False, None, None
-        if prior is not None and val and cfg.teacher in PRIOR_TEACHERS:
+        if prior is not None and val and which == TEACHER_PRIORS.get(cfg.teacher or ""):
             out = net.job_head.out
             kept = (out.weight.detach().clone(), out.bias.detach().clone(),
                     net.est_prior.detach().clone())
@@ -875,7 +900,7 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
             before = _mean_job_logit(net, val)
             with torch.no_grad():
                 out.weight.zero_()
-                if area:  # the prior alone is area_prior's: est_prior trained beside it
+                if fixed:  # the prior alone is the fixed one's: est_prior trained beside it
                     net.est_prior.zero_()
                 # the same mean job score as before, so hold competes as it did
                 out.bias.add_(before - _mean_job_logit(net, val))
@@ -892,7 +917,9 @@ def train_imitation(records: Iterable[JobRecord] | Reconstruction,
     report = ImitationReport(
         config=cfg.to_dict(), stats=dict(rec.stats), splits={k: len(v) for k, v in data.items()},
         metrics=metrics, history=history, best_epoch=best[1], reconstruct_s=t1 - t0,
-        train_s=t2 - t1, est_prior=None if area else prior,
-        est_prior_final=float(net.est_prior.detach()), area_prior=prior if area else None,
+        train_s=t2 - t1, est_prior=None if fixed else prior,
+        est_prior_final=float(net.est_prior.detach()),
+        area_prior=prior if which == "area_prior" else None,
+        amount_prior=prior if which == "amount_prior" else None,
         prior_alone=prior_alone, prior_top1=prior_top1, head_top1=head_top1)
     return net, report

@@ -1,4 +1,4 @@
-"""The same floating-point results on every Intel x86-64 machine (opt-in: on AMD too).
+"""The same floating-point results on every Intel x86-64 machine.
 
 Torch picks its CPU kernels by the instruction set it finds (ATen's AVX2 or AVX-512
 kernels, MKL's code paths), and each rounds differently. Training amplifies the
@@ -27,10 +27,15 @@ RL runs chose as stop 57's did (the four choices keeping every line scored 134.3
 149.7, 149.3 and 145.0 on the test period both times), where an AMD EPYC (family 25,
 model 1; stop 58) gave the same imitation net but other RL runs.
 ``RLSCHED_NUMERICS=compatible`` pins MKL's ``COMPATIBLE`` branch (the rest as
-``portable``) for a site that trains on both vendors' CPUs; it gives
-another net than ``portable`` (on that Xeon, imitation top-1 0.894 against 0.895), so
-keep one mode for a site. Whether it makes the two vendors agree was not measured (no
-AMD machine was at hand). It costs time (``benchmarks/numerics_cost.py``, side by side
+``portable``), which Intel documents for a site that trains on both vendors' CPUs; it
+gives another net than ``portable`` (on that Xeon, imitation top-1 0.894 against 0.895),
+so keep one mode for a site. It did not make the vendors agree (stop 60, an AMD EPYC,
+family 25, model 17): the Lublin imitation ``--imitate-from lrf``, 3 epochs, gave top-1
+0.898 there under ``compatible`` against the Xeon's 0.894, and 0.896 under
+``portable`` against 0.895 (weights digests, ``benchmarks/numerics_cost.py``'s:
+``d3049a03b0b2ee16`` portable, ``06a30b3153e9f858`` compatible, for comparing on another
+machine). So something besides MKL's branch rounds by vendor; nets repeat on one
+vendor's machines. It costs time (``benchmarks/numerics_cost.py``, side by side
 on that Xeon): 3 epochs of Lublin imitation took 35.0 s against 26.8 s, 4 RL updates
 72.8 s against 65.5 s.
 

@@ -21,8 +21,14 @@
 - a second scalar, ``area_prior`` (a buffer, not trained), times :func:`log_est_area`:
   the log of that estimate times the job's GPUs (CPUs on a cluster without GPUs),
   computed from the same features, is the ``seaf`` baseline's order. Only imitating
-  ``seaf`` sets it (:func:`trainer.imitate.fit_est_prior` with ``area``); at 0 it adds
-  exactly nothing, so every other net trains and scores as before it existed.
+  ``seaf`` sets it (:func:`trainer.imitate.fit_est_prior` with ``area_prior``); at 0 it
+  adds exactly nothing, so every other net trains and scores as before it existed;
+- a third, ``amount_prior`` (a buffer too), times :func:`log_amount`: the log of the
+  job's GPUs in total (CPUs on a cluster without GPUs; a whole-node job counts its
+  nodes'), the ``lrf`` baseline's order (SCHED²'s least resource first). Only
+  imitating ``lrf`` with ``teacher_prior`` (``--teacher-prior``) sets it; at 0 it adds
+  exactly nothing, and a checkpoint whose ``amount_prior`` is 0 is saved without it
+  (:func:`save_checkpoint`), as before it existed.
 
 Every pool is a sum, mean or max over rows, so permuting the jobs permutes their scores
 and reordering nodes (within or across leaves) changes nothing: any queue length (0 to
@@ -120,8 +126,9 @@ MASKED = -1e9
 FITS_FIRST = 1e10
 
 #: Bumped when the checkpoint layout changes: the newest layout this version reads. 2: a
-#: :class:`PolicyEnsemble` (one net is still saved as 1, which every version reads).
-CHECKPOINT_FORMAT = 2
+#: :class:`PolicyEnsemble` (one net is still saved as 1, which every version reads); 3: a
+#: net whose ``amount_prior`` is set (one without it is saved as before, 1 or 2).
+CHECKPOINT_FORMAT = 3
 
 #: Column of the job features that :attr:`PolicyNet.est_prior` weighs.
 _EST = JOB_FEATURES.index("log_est_run")
@@ -152,6 +159,45 @@ def log_est_area(jobs: Tensor, gpu_cluster: Tensor) -> Tensor:
                          torch.exp(x[..., _CPUS])) - 1.0
     area = (torch.exp(x[..., _EST]) - 1.0).clamp(min=0.0) * amount.clamp(min=0.0)
     return (torch.round(torch.log1p(area) * _AREA_GRID) / _AREA_GRID).to(jobs.dtype)
+
+
+def log_amount(jobs: Tensor, gpu_cluster: Tensor) -> Tensor:
+    """``log1p(GPUs, or CPUs, in total)`` of each job: ``lrf``'s order.
+
+    The job's ``log_gpus`` feature on a cluster with GPUs, its ``log_cpus`` without: the
+    amount :class:`~trainer.sim.policies.Lrf` orders by (a whole-node job counts its
+    nodes' GPUs or CPUs in both). Equal amounts give equal values (ties go in arrival
+    order).
+
+    Args:
+        jobs: ``[..., J, Fj]`` job features.
+        gpu_cluster: ``[...]`` bool: the observation's cluster has GPUs.
+    """
+    return torch.where(gpu_cluster.unsqueeze(-1), jobs[..., _GPUS], jobs[..., _CPUS])
+
+
+#: The fixed priors (buffers, not trained), each set only by imitating its teacher
+#: (:data:`trainer.imitate.TEACHER_PRIORS`); :func:`prior_input` says what each weighs.
+FIXED_PRIORS = ("area_prior", "amount_prior")
+
+
+def prior_input(name: str, jobs: Tensor, gpu: Tensor) -> Tensor:
+    """What the prior ``name`` (``est_prior`` or one of :data:`FIXED_PRIORS`) weighs.
+
+    Each job's score is minus the weight times this: ``log_est_run``
+    (``est_prior``), :func:`log_est_area` (``area_prior``), :func:`log_amount`
+    (``amount_prior``).
+
+    Raises:
+        ValueError: For another name.
+    """
+    if name == "est_prior":
+        return jobs[..., _EST]
+    if name == "area_prior":
+        return log_est_area(jobs, gpu)
+    if name == "amount_prior":
+        return log_amount(jobs, gpu)
+    raise ValueError(f"no prior {name!r}: est_prior, {', '.join(FIXED_PRIORS)}")
 
 
 def gpu_cluster(nodes: Tensor, valid: Tensor | None = None) -> Tensor:
@@ -503,10 +549,11 @@ def batch_tensors(items: Sequence[tuple[Observation, Candidates | np.ndarray | N
 
 
 # ---------------------------------------------------------------------------- network
-def _no_area_prior(module: nn.Module, state: dict[str, Any], prefix: str,
-                   *args: Any) -> None:
-    """Weights saved before ``area_prior`` existed (checkpoints, RL states) load with 0."""
-    state.setdefault(prefix + "area_prior", torch.zeros(()))
+def _no_fixed_priors(module: nn.Module, state: dict[str, Any], prefix: str,
+                     *args: Any) -> None:
+    """Weights saved without a fixed prior (before it existed, or at 0) load it as 0."""
+    for name in FIXED_PRIORS:
+        state.setdefault(prefix + name, torch.zeros(()))
 
 
 class PolicyNet(nn.Module):
@@ -530,7 +577,11 @@ class PolicyNet(nn.Module):
         #: not trained (a buffer: nets of every other teacher train exactly as before).
         self.register_buffer("area_prior", torch.zeros(()))
         self.area_prior: Tensor
-        self.register_load_state_dict_pre_hook(_no_area_prior)  # type: ignore[no-untyped-call]
+        #: Weight of ``-log_amount`` in every job's score: set by imitating ``lrf`` with
+        #: ``teacher_prior``, not trained either.
+        self.register_buffer("amount_prior", torch.zeros(()))
+        self.amount_prior: Tensor
+        self.register_load_state_dict_pre_hook(_no_fixed_priors)  # type: ignore[no-untyped-call]
 
     @classmethod
     def from_config(cls, config: PolicyConfig | Mapping[str, Any] | None = None) -> PolicyNet:
@@ -588,8 +639,10 @@ class PolicyNet(nn.Module):
         ))
         ctx = self.ctx_enc(torch.cat((globals, job_pool, leaf_pool)))   # [H]
 
+        gpu = gpu_cluster(nodes)
         scores = (self.job_head(je, ctx) - self.est_prior * jobs[:, _EST]
-                  - self.area_prior * log_est_area(jobs, gpu_cluster(nodes)))           # [J]
+                  - self.area_prior * log_est_area(jobs, gpu)
+                  - self.amount_prior * log_amount(jobs, gpu))            # [J]
         masked = torch.full_like(scores, MASKED)
         hold = self.hold_head(ctx)                                # [1]
         job_logits = torch.cat((torch.where(job_mask, scores, masked), hold))
@@ -693,8 +746,10 @@ class PolicyNet(nn.Module):
         ), -1)
         ctx = self.ctx_enc(torch.cat((b.globals, job_pool, leaf_pool), -1))   # [B, H]
 
+        gpu = gpu_cluster(b.nodes, b.node_valid)
         scores = (self.job_head(je, ctx) - self.est_prior * b.jobs[..., _EST]
-                  - self.area_prior * log_est_area(b.jobs, gpu_cluster(b.nodes, b.node_valid)))
+                  - self.area_prior * log_est_area(b.jobs, gpu)
+                  - self.amount_prior * log_amount(b.jobs, gpu))
         scores = torch.where(b.job_mask, scores, torch.full_like(scores, MASKED))
         hold = self.hold_head(ctx)                                # [B, 1]
         job_logits = torch.cat((scores, hold), 1)
@@ -832,9 +887,16 @@ def save_checkpoint(path: str | os.PathLike[str], net: Net,
         extra: JSON-able metadata (training config, report...).
         norm: Normalisation the features were computed with (default constants if None).
     """
+    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    # amount_prior at 0 is left out (it loads as 0), so such a net reads as before it existed
+    amount = [k for k in state if k.split(".")[-1] == "amount_prior"]
+    unset = [k for k in amount if not bool(state[k].any())]
+    for k in unset:
+        del state[k]
+    fmt = 3 if len(unset) < len(amount) else 2 if isinstance(net, PolicyEnsemble) else 1
     payload = {
-        "format": CHECKPOINT_FORMAT if isinstance(net, PolicyEnsemble) else 1,
-        "state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
+        "format": fmt,
+        "state_dict": state,
         "config": net.config.to_dict(),
         "schema": schema(norm),
         "schema_hash": schema_hash(norm),

@@ -396,7 +396,8 @@ def _imitation(rep: Any) -> str:
                " first-come-first-served Slurm with backfill would start."
                if m.get("fifo_backfill") else "")
             + (" The net orders jobs by its fitted prior alone (<code>"
-               + ("area_prior" if rep.get("area_prior") is not None else "est_prior")
+               + next((k for k in ("area_prior", "amount_prior")
+                       if rep.get(k) is not None), "est_prior")
                + "</code>): that agreed with the scheduler at least as well"
                " as its trained job head on the validation decisions."
                if rep.get("prior_alone") else "") + "</p>"

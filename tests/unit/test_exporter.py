@@ -69,13 +69,14 @@ def _one_thread():
 
 
 def make_net(seed: int = 0, hidden: int = 16) -> PolicyNet:
-    """A small net with both priors nonzero, so the parity checks cover their terms too
-    (``log_est_area`` in float64 and whether the cluster has GPUs)."""
+    """A small net with every prior nonzero, so the parity checks cover their terms too
+    (``log_est_area`` in float64, ``log_amount``, and whether the cluster has GPUs)."""
     torch.manual_seed(seed)
     net = PolicyNet.from_config(PolicyConfig(hidden=hidden)).eval()
     with torch.no_grad():
         net.est_prior.fill_(0.7)
         net.area_prior.fill_(0.3)
+        net.amount_prior.fill_(0.2)
     return net
 
 

@@ -14,6 +14,7 @@ from trainer.imitate import (  # noqa: E402
     BEYOND_CAP,
     INFEASIBLE,
     OVERCOMMITTED,
+    OWN_PRIOR_DEFAULT,
     PLACE_LABELS,
     Decision,
     DecisionDataset,
@@ -376,7 +377,7 @@ def test_a_seaf_teacher_is_kept_by_the_area_prior_alone():
 
     ds = _area_decisions(300, seed=5)
     # est_prior alone does not express this order; area_prior separates it
-    assert fit_est_prior(ds, bound=3.0, area=True) == 3.0
+    assert fit_est_prior(ds, bound=3.0, prior="area_prior") == 3.0
     assert fit_est_prior(ds, bound=20.0) < 20.0  # not separable by the estimate alone
     rec = Reconstruction(ds, SimpleNamespace(submit=np.arange(len(ds))), None)
     cfg = ImitationConfig(epochs=6, hidden=16, lr=3e-3, threads=1, progress=False,
@@ -393,6 +394,55 @@ def test_a_seaf_teacher_is_kept_by_the_area_prior_alone():
                                                         "epochs": 0}))
     assert sef[1].area_prior is None and sef[1].est_prior is not None
     assert float(sef[0].area_prior) == 0.0
+
+
+def test_an_lrf_teacher_is_kept_by_the_amount_prior_alone():
+    from types import SimpleNamespace
+
+    from slurm_plugin.features import JobsRaw, featurize
+
+    # one-node jobs of distinct CPU counts on a CPU cluster; the teacher starts the
+    # fewest CPUs (lrf's order), whatever the estimates say
+    rng = np.random.default_rng(6)
+    nr = _two_idle_nodes()
+    ds = []
+    for k in range(300):
+        j = int(rng.integers(2, 9))
+        cpus = rng.permutation(8)[:j] + 1
+        est = rng.random(j) * 20_000 + 60
+        jr = JobsRaw.build(
+            job_id=np.arange(j) + 1, eligible=np.zeros(j), limit=np.full(j, 86_400),
+            nodes=np.ones(j), cpus=cpus, gpus=np.zeros(j), mem=np.zeros(j),
+            exclusive=np.zeros(j, dtype=bool), user=np.zeros(j), est_run=est,
+            usage_share=np.zeros(j), locality=np.zeros(j))
+        ds.append(Decision(featurize(1_000, jr, nr), int(np.argmin(cpus)), k, k, k))
+    assert fit_est_prior(ds, bound=8.0, prior="amount_prior") == 8.0
+    assert fit_est_prior(ds, bound=20.0) < 20.0  # the estimate does not express it
+    with pytest.raises(ValueError, match="no prior 'other'"):
+        fit_est_prior(ds, prior="other")
+    rec = Reconstruction(ds, SimpleNamespace(submit=np.arange(len(ds))), None)
+    cfg = ImitationConfig(epochs=6, hidden=16, lr=3e-3, threads=1, progress=False,
+                          prior_max=8.0, teacher="lrf", teacher_prior=True)
+    net, rep = train_imitation(rec, None, cfg)
+    assert rep.amount_prior == 8.0 and rep.est_prior is None and rep.area_prior is None
+    assert float(net.amount_prior) == 8.0 and float(net.area_prior) == 0.0  # fixed
+    assert rep.prior_alone and rep.prior_top1 == 1.0
+    assert rep.metrics["test"]["net"]["top1"] == 1.0
+    assert not bool(net.job_head.out.weight.detach().any()) and float(net.est_prior) == 0.0
+    # by default (and with False) lrf fits est_prior, as before amount_prior existed, and
+    # never keeps it alone (it is not lrf's order)
+    for choice in (None, False):
+        old, orep = train_imitation(rec, None, ImitationConfig(**{**cfg.to_dict(),
+                                                                  "teacher_prior": choice}))
+        assert orep.amount_prior is None and orep.est_prior is not None
+        assert not orep.prior_alone and orep.prior_top1 is None
+        assert float(old.amount_prior) == 0.0 and bool(old.job_head.out.weight.detach().any())
+    assert ImitationConfig().teacher_prior is None and "lrf" not in OWN_PRIOR_DEFAULT
+    # a seaf teacher fits area_prior and leaves amount_prior at 0
+    seaf = train_imitation(rec, None, ImitationConfig(**{**cfg.to_dict(), "teacher": "seaf",
+                                                         "epochs": 0}))
+    assert seaf[1].amount_prior is None and seaf[1].area_prior is not None
+    assert float(seaf[0].amount_prior) == 0.0
 
 
 def test_training_is_deterministic():

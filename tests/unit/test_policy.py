@@ -248,19 +248,12 @@ def test_est_prior_alone_orders_shortest_estimate_first():
     assert net.est_prior.grad is not None and net.est_prior.grad.item() < 0
 
 
-@pytest.mark.parametrize("gpus", [True, False])
-def test_area_prior_alone_orders_smallest_estimated_area_first(gpus):
-    """With the job head's output and est_prior zeroed, the scores are -area_prior *
-    log1p(estimate x amount): the seaf baseline's order, GPUs in total on a cluster with
-    GPUs (whole nodes' for an exclusive job), CPUs without, on both paths."""
-    net = net_for_tests(hidden=16, est_prior=0.0, area_prior=2.0)
-    assert PolicyNet().area_prior.item() == 0.0
-    assert "area_prior" not in dict(net.named_parameters())  # a buffer, never trained
-    with torch.no_grad():
-        net.job_head.out.weight.zero_()
-        net.job_head.out.bias.zero_()
-    rng = np.random.default_rng(7)
-    j, n = 30, 6
+def _sized_jobs(gpus: bool, j: int, seed: int):
+    """``j`` pending jobs of 1-3 nodes, 1-15 CPUs, 0-2 GPUs (30% whole-node) on 6 idle
+    nodes of 16 CPUs (4 GPUs each with ``gpus``), every job marked startable: the
+    observation, the jobs, and each job's amount (GPUs, or CPUs, in total, as lrf counts)."""
+    rng = np.random.default_rng(seed)
+    n = 6
     jr = JobsRaw.build(
         job_id=np.arange(j) + 1, eligible=np.zeros(j), limit=np.full(j, 86_400),
         nodes=rng.integers(1, 4, j), cpus=rng.integers(1, 16, j), gpus=rng.integers(0, 3, j),
@@ -273,13 +266,57 @@ def test_area_prior_alone_orders_smallest_estimated_area_first(gpus):
         up=np.ones(n, dtype=bool), remaining=np.zeros(n), leaf=np.arange(n) % 2)
     obs = dataclasses.replace(featurize(1_000, jr, nr), job_mask=np.ones(j, dtype=bool))
     per = np.where(jr.exclusive, 4 if gpus else 16, jr.gpus if gpus else jr.cpus)
-    want = -2.0 * np.log1p(jr.est_run / 3600.0 * per * jr.nodes)
+    return obs, jr, per * jr.nodes
+
+
+def _job_scores(net, obs):
+    """The job scores (hold left out) of one observation, on the single and batch paths."""
     with torch.no_grad():
         single = net(*obs_tensors(obs))[0][:-1].numpy()
         batched = net.forward_batch(batch_tensors([(obs, None, None)]))[0][0, :-1].numpy()
-    np.testing.assert_allclose(single, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(batched, single, atol=ATOL)
+    return single
+
+
+@pytest.mark.parametrize("gpus", [True, False])
+def test_area_prior_alone_orders_smallest_estimated_area_first(gpus):
+    """With the job head's output and est_prior zeroed, the scores are -area_prior *
+    log1p(estimate x amount): the seaf baseline's order, GPUs in total on a cluster with
+    GPUs (whole nodes' for an exclusive job), CPUs without, on both paths."""
+    net = net_for_tests(hidden=16, est_prior=0.0, area_prior=2.0)
+    assert PolicyNet().area_prior.item() == 0.0
+    assert "area_prior" not in dict(net.named_parameters())  # a buffer, never trained
+    with torch.no_grad():
+        net.job_head.out.weight.zero_()
+        net.job_head.out.bias.zero_()
+    obs, jr, amount = _sized_jobs(gpus, 30, seed=7)
+    want = -2.0 * np.log1p(jr.est_run / 3600.0 * amount)
+    single = _job_scores(net, obs)
+    np.testing.assert_allclose(single, want, rtol=1e-5, atol=1e-5)
     assert np.array_equal(np.argsort(-single, kind="stable"), np.argsort(-want, kind="stable"))
+
+
+@pytest.mark.parametrize("gpus", [True, False])
+def test_amount_prior_alone_orders_fewest_gpus_or_cpus_first(gpus):
+    """With the job head's output and est_prior zeroed, the scores are -amount_prior *
+    log1p(amount): the lrf baseline's order (GPUs in total on a cluster with GPUs, whole
+    nodes' for an exclusive job, CPUs without), equal amounts tied, on both paths."""
+    net = net_for_tests(hidden=16, est_prior=0.0, area_prior=0.0)
+    assert PolicyNet().amount_prior.item() == 0.0
+    assert "amount_prior" not in dict(net.named_parameters())  # a buffer, never trained
+    with torch.no_grad():
+        net.amount_prior.fill_(3.0)
+        net.job_head.out.weight.zero_()
+        net.job_head.out.bias.zero_()
+    obs, _, amount = _sized_jobs(gpus, 40, seed=8)
+    j = len(amount)
+    single = _job_scores(net, obs)
+    np.testing.assert_allclose(single, -3.0 * np.log1p(amount), rtol=1e-5, atol=1e-5)
+    # lrf's order, ties and all: equal amounts score exactly alike
+    for a in range(j):
+        for b in range(j):
+            assert (single[a] > single[b]) == (amount[a] < amount[b])
+            assert (single[a] == single[b]) == (amount[a] == amount[b])
 
 
 def test_batch_rejects_empty_list_and_bad_sets():
@@ -343,10 +380,10 @@ def test_ensemble_scores_the_mean_of_its_nets_and_round_trips(tmp_path):
     assert torch.load(path, weights_only=True)["format"] == 2
     assert torch.load(_single(tmp_path), weights_only=True)["format"] == 1
     data = torch.load(path, weights_only=True)
-    data["format"] = 3
+    data["format"] = 4
     torch.save(data, tmp_path / "newer.pt")
-    with pytest.raises(ValueError, match="checkpoint format 3, saved by rlsched .* reads"
-                                         " formats up to 2: upgrade rlsched"):
+    with pytest.raises(ValueError, match="checkpoint format 4, saved by rlsched .* reads"
+                                         " formats up to 3: upgrade rlsched"):
         load_checkpoint(tmp_path / "newer.pt")
     # a TorchPolicy ranks with it
     assert TorchPolicy(ck.net).net is ck.net
@@ -413,6 +450,36 @@ def test_checkpoint_saved_before_the_area_prior_loads_without_it(tmp_path):
     assert float(other.area_prior) == 0.0
 
 
+def test_amount_prior_is_saved_only_when_set_and_then_as_layout_3(tmp_path):
+    """A net without amount_prior saves as before it existed (layout 1, no key: older
+    versions read it); one with it saves as layout 3 and loads back with it."""
+    net = net_for_tests(hidden=8)
+    save_checkpoint(tmp_path / "plain.pt", net)
+    data = torch.load(tmp_path / "plain.pt", weights_only=True)
+    assert data["format"] == 1 and "amount_prior" not in data["state_dict"]
+    assert float(load_checkpoint(tmp_path / "plain.pt").net.amount_prior) == 0.0
+    with torch.no_grad():
+        net.amount_prior.fill_(1.5)
+    save_checkpoint(tmp_path / "lrf.pt", net)
+    data = torch.load(tmp_path / "lrf.pt", weights_only=True)
+    assert data["format"] == 3 and float(data["state_dict"]["amount_prior"]) == 1.5
+    ck = load_checkpoint(tmp_path / "lrf.pt")
+    assert float(ck.net.amount_prior) == 1.5
+    obs, _ = make_obs(6, 9, 3)
+    for x, y in zip(run(ck.net, obs), run(net, obs), strict=True):
+        assert torch.equal(x, y)
+    # in an ensemble: layout 3 when a member has it, its members' values kept
+    ens = PolicyEnsemble([net, net_for_tests(hidden=8, seed=1)])
+    save_checkpoint(tmp_path / "ens.pt", ens)
+    data = torch.load(tmp_path / "ens.pt", weights_only=True)
+    assert data["format"] == 3
+    assert "members.0.amount_prior" in data["state_dict"]
+    assert "members.1.amount_prior" not in data["state_dict"]
+    back = load_checkpoint(tmp_path / "ens.pt").net
+    assert isinstance(back, PolicyEnsemble)
+    assert [float(m.amount_prior) for m in back.nets] == [1.5, 0.0]
+
+
 def test_checkpoint_with_another_schema_is_refused(tmp_path):
     net = net_for_tests()
     path = tmp_path / "p.pt"
@@ -461,6 +528,30 @@ def test_torch_policy_runs_in_the_simulator_and_repeats():
     # every job got as many distinct nodes as it asked for
     for i in range(a.jobs.n):
         assert len(set(a.placements[i])) == int(a.jobs.nodes[i])
+
+
+@pytest.mark.parametrize("kind", ["gpu", "hpc"])
+def test_a_net_ordering_by_the_amount_prior_alone_replays_as_lrf(kind):
+    """The job head's output zeroed and amount_prior set, the net is the lrf baseline:
+    the same starts and ends in a replay with backfill (equal amounts in arrival order)."""
+    from trainer.sim.policies import Lrf
+
+    cfg = WorkloadConfig(kind=kind, num_jobs=150, seed=3, mean_interarrival_s=90)
+    spec = default_cluster(cfg)
+    recs = replay_records(generate(cfg), spec)
+    net = net_for_tests(hidden=8, seed=2, est_prior=0.0, area_prior=0.0)
+    with torch.no_grad():
+        net.amount_prior.fill_(20.0)
+        net.job_head.out.weight.zero_()
+        net.job_head.out.bias.fill_(1e4)  # far above hold: it never holds
+    from trainer.evaluate import FixedPlacement
+
+    opts = SchedulerOptions(backfill=True)
+    # the scheduler's placement, as lrf's (the net's placement head is another matter)
+    pol = FixedPlacement(TorchPolicy(net), opts.placement)
+    got = simulate(spec, recs, pol, opts, EngineOptions())
+    want = simulate(spec, recs, Lrf(), opts, EngineOptions())
+    assert np.array_equal(got.start, want.start) and np.array_equal(got.end, want.end)
 
 
 def test_torch_policy_rescores_the_queue_every_helper_cycle():

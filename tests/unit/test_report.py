@@ -247,6 +247,7 @@ def test_imitation_section_names_the_prior_the_net_orders_by():
         "placement": {"decisions": 0.0}}}}
     assert "alone (<code>est_prior</code>)" in _imitation(rep)
     assert "alone (<code>area_prior</code>)" in _imitation({**rep, "area_prior": 0.79})
+    assert "alone (<code>amount_prior</code>)" in _imitation({**rep, "amount_prior": 20.0})
     assert "alone" not in _imitation({**rep, "prior_alone": False})
 
 

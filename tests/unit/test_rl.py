@@ -915,6 +915,31 @@ def test_the_teacher_replays_with_the_speed_model_rl_uses(tmp_path, monkeypatch,
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_imitating_lrf_fits_its_own_prior_only_when_asked(tmp_path):
+    from trainer.policy import load_checkpoint
+
+    common = ("--trace", str(LUBLIN), "--limit", "400", "--hidden", "8", "--epochs", "1",
+              "--max-decisions", "120", "--imitate-from", "lrf")
+    res = _invoke("train", "imitate", *common, "--teacher-prior", "--out",
+                  str(tmp_path / "own"))
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "amount_prior (weight of fewest GPUs or CPUs first) fitted" in res.output
+    own = load_checkpoint(tmp_path / "own" / "imitation.pt").net
+    assert float(own.amount_prior) > 0
+    cfg = json.loads((tmp_path / "own" / "config.json").read_text())
+    assert cfg["imitation"]["teacher_prior"] is True
+    for flag, recorded in (((), None), (("--no-teacher-prior",), False)):
+        out = tmp_path / f"est{len(flag)}"
+        res = _invoke("train", "imitate", *common, *flag, "--out", str(out))
+        assert res.exit_code == 0, res.output + repr(res.exception)
+        assert "est_prior (weight of shortest estimate first) fitted" in res.output
+        assert "amount_prior" not in res.output
+        assert float(load_checkpoint(out / "imitation.pt").net.amount_prior) == 0.0
+        cfg = json.loads((out / "config.json").read_text())
+        assert cfg["imitation"]["teacher_prior"] is recorded
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
 def test_train_all_then_resume_on_a_trace(tmp_path):
     out = tmp_path / "run"
     common = ("--trace", str(LUBLIN), "--limit", "400", "--out", str(out), "--hidden", "8",
