@@ -79,7 +79,6 @@ from .sim.state import Cluster, JobTable, NodeState, build_jobs
 
 __all__ = [
     "OWN_PRIOR_DEFAULT",
-    "PRIOR_TEACHERS",
     "SPLITS",
     "TEACHER_PRIORS",
     "Decision",
@@ -106,8 +105,6 @@ TEACHER_PRIORS = {"sef": "est_prior", "seaf": "area_prior", "lrf": "amount_prior
 (smallest estimated area first, :func:`~trainer.policy.log_est_area`), ``lrf``'s by
 ``amount_prior`` (fewest GPUs, or CPUs, first, :func:`~trainer.policy.log_amount`). The
 last two are fixed (:data:`~trainer.policy.FIXED_PRIORS`): fitted, then not trained."""
-PRIOR_TEACHERS = tuple(TEACHER_PRIORS)
-"""The teachers of :data:`TEACHER_PRIORS`."""
 OWN_PRIOR_DEFAULT = ("sef", "seaf")
 """The teachers that fit their own prior by default
 (:attr:`ImitationConfig.teacher_prior` ``None``); ``lrf`` only when asked."""
@@ -618,8 +615,8 @@ class ImitationConfig:
     :attr:`teacher_prior`) the fitted weight is that prior's instead (``area_prior`` of
     ``-log_est_area``, ``amount_prior`` of ``-log_amount``; fixed while ``est_prior``
     trains from 0), so the net orders as that teacher from the first step. After training,
-    if the teacher is one whose order the prior expresses (``teacher`` in
-    :data:`PRIOR_TEACHERS`) and the prior alone (the job head's output zeroed) agrees with
+    if the fitted prior is the teacher's own (:data:`TEACHER_PRIORS`: the prior alone
+    expresses its order) and the prior alone (the job head's output zeroed) agrees with
     it at least as well as the trained job head on the validation decisions, the kept net
     orders jobs by the prior alone (:attr:`ImitationReport.prior_alone`; the head's bias
     moves so that the mean job score, which hold competes with, stays; the other heads
@@ -638,7 +635,7 @@ class ImitationConfig:
     against 160.6."""
     teacher: str | None = None
     """Name of the baseline whose replay is imitated (``None``: the recorded history).
-    Only a teacher in :data:`PRIOR_TEACHERS` may be kept by the prior alone: a prior is
+    Only a teacher of :data:`TEACHER_PRIORS` may be kept by the prior alone: a prior is
     one order, and any other teacher's order needs the head. Before ``seaf`` had its own
     prior, the Lublin trace's ``seaf`` teacher was agreed with about as well by
     ``est_prior`` alone (top-1 0.878 against the head's 0.874 on the validation
@@ -699,7 +696,7 @@ class ImitationReport:
         prior_alone: The kept net orders jobs by its prior alone (the job head's output
             zeroed: it agreed with the teacher at least as well on the validation
             decisions), with ``prior_top1`` and ``head_top1`` the two validation top-1
-            (``None`` when the teacher is not in :data:`PRIOR_TEACHERS`).
+            (``None`` unless the fitted prior is the teacher's own, :data:`TEACHER_PRIORS`).
     """
 
     config: dict[str, Any]
