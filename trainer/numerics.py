@@ -30,14 +30,16 @@ model 1; stop 58) gave the same imitation net but other RL runs.
 ``portable``), which Intel documents for a site that trains on both vendors' CPUs; it
 gives another net than ``portable`` (on that Xeon, imitation top-1 0.894 against 0.895),
 so keep one mode for a site. It did not make the vendors agree (stop 60, an AMD EPYC,
-family 25, model 17): the Lublin imitation ``--imitate-from lrf``, 3 epochs, gave top-1
-0.898 there under ``compatible`` against the Xeon's 0.894, and 0.896 under
-``portable`` against 0.895 (weights digests, ``benchmarks/numerics_cost.py``'s:
-``d3049a03b0b2ee16`` portable, ``06a30b3153e9f858`` compatible, for comparing on another
-machine). So something besides MKL's branch rounds by vendor; nets repeat on one
-vendor's machines. It costs time (``benchmarks/numerics_cost.py``, side by side
-on that Xeon): 3 epochs of Lublin imitation took 35.0 s against 26.8 s, 4 RL updates
-72.8 s against 65.5 s.
+family 25, model 17, which repeated stop 58's RL runs exactly): the Lublin imitation
+``--imitate-from lrf``, 3 epochs, reported top-1 0.898 there under ``compatible``
+against the Xeon's 0.894 (0.896 against 0.895 under ``portable``, where stop 58 found
+the weights themselves identical). Top-1 is computed from the weights by the same code,
+so some arithmetic still rounds by vendor under ``compatible``, in training or in
+scoring; whether the weights agree can be checked on an Intel machine against these
+digests (``benchmarks/numerics_cost.py``'s): ``d3049a03b0b2ee16`` portable,
+``06a30b3153e9f858`` compatible. Nets and figures repeat on one vendor's machines.
+It costs time (``benchmarks/numerics_cost.py``, side by side on that Xeon): 3 epochs
+of Lublin imitation took 35.0 s against 26.8 s, 4 RL updates 72.8 s against 65.5 s.
 
 NumPy picks its own SIMD kernels too (``NPY_DISABLE_CPU_FEATURES`` turns them off), and
 they differ by machine as well: on an AVX-512 CPU float64 ``exp``, ``log``, ``log1p`` and
