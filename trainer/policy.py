@@ -179,10 +179,12 @@ def log_amount(jobs: Tensor, gpu_cluster: Tensor) -> Tensor:
 #: The fixed priors (buffers, not trained), each set only by imitating its teacher
 #: (:data:`trainer.imitate.TEACHER_PRIORS`); :func:`prior_input` says what each weighs.
 FIXED_PRIORS = ("area_prior", "amount_prior")
+#: Every prior, in the order :meth:`PolicyNet._minus_priors` subtracts them.
+PRIORS = ("est_prior", *FIXED_PRIORS)
 
 
 def prior_input(name: str, jobs: Tensor, gpu: Tensor) -> Tensor:
-    """What the prior ``name`` (``est_prior`` or one of :data:`FIXED_PRIORS`) weighs.
+    """What the prior ``name`` (one of :data:`PRIORS`) weighs.
 
     Each job's score is minus the weight times this: ``log_est_run``
     (``est_prior``), :func:`log_est_area` (``area_prior``), :func:`log_amount`
@@ -197,7 +199,7 @@ def prior_input(name: str, jobs: Tensor, gpu: Tensor) -> Tensor:
         return log_est_area(jobs, gpu)
     if name == "amount_prior":
         return log_amount(jobs, gpu)
-    raise ValueError(f"no prior {name!r}: est_prior, {', '.join(FIXED_PRIORS)}")
+    raise ValueError(f"no prior {name!r}: {', '.join(PRIORS)}")
 
 
 def gpu_cluster(nodes: Tensor, valid: Tensor | None = None) -> Tensor:
@@ -590,6 +592,16 @@ class PolicyNet(nn.Module):
             config = PolicyConfig.from_dict(config)
         return cls(config)
 
+    def _minus_priors(self, scores: Tensor, jobs: Tensor, gpu: Tensor) -> Tensor:
+        """The job head's ``scores`` less each prior's weight times what it weighs.
+
+        Subtracted one at a time, in :data:`PRIORS` order, on both forward paths: a
+        prior at 0 leaves every score bit for bit as it was without it.
+        """
+        for name in PRIORS:
+            scores = scores - getattr(self, name) * prior_input(name, jobs, gpu)
+        return scores
+
     # ------------------------------------------------------------------ deploy contract
     def forward(self, jobs: Tensor, job_mask: Tensor, nodes: Tensor, node_leaf: Tensor,
                 globals: Tensor, cand_sets: Tensor, cand_mask: Tensor, place_job: Tensor
@@ -639,10 +651,7 @@ class PolicyNet(nn.Module):
         ))
         ctx = self.ctx_enc(torch.cat((globals, job_pool, leaf_pool)))   # [H]
 
-        gpu = gpu_cluster(nodes)
-        scores = (self.job_head(je, ctx) - self.est_prior * jobs[:, _EST]
-                  - self.area_prior * log_est_area(jobs, gpu)
-                  - self.amount_prior * log_amount(jobs, gpu))            # [J]
+        scores = self._minus_priors(self.job_head(je, ctx), jobs, gpu_cluster(nodes))  # [J]
         masked = torch.full_like(scores, MASKED)
         hold = self.hold_head(ctx)                                # [1]
         job_logits = torch.cat((torch.where(job_mask, scores, masked), hold))
@@ -746,10 +755,8 @@ class PolicyNet(nn.Module):
         ), -1)
         ctx = self.ctx_enc(torch.cat((b.globals, job_pool, leaf_pool), -1))   # [B, H]
 
-        gpu = gpu_cluster(b.nodes, b.node_valid)
-        scores = (self.job_head(je, ctx) - self.est_prior * b.jobs[..., _EST]
-                  - self.area_prior * log_est_area(b.jobs, gpu)
-                  - self.amount_prior * log_amount(b.jobs, gpu))
+        scores = self._minus_priors(self.job_head(je, ctx), b.jobs,
+                                    gpu_cluster(b.nodes, b.node_valid))
         scores = torch.where(b.job_mask, scores, torch.full_like(scores, MASKED))
         hold = self.hold_head(ctx)                                # [B, 1]
         job_logits = torch.cat((scores, hold), 1)
