@@ -33,9 +33,18 @@ writes every figure.
 ``--val-windows K`` also replays every checkpoint on the K validation windows the
 demo's ``select`` stage reads (the guard's ``validation_windows``: the validation period
 and the K-1 windows of its size before it, each after its own warm-up, behind the run's
-guard) and adds three rules that choose on them: the lowest geometric mean of the
-windows' bsld; the most of Slurm's bounds (p99, bsld, utilisation) kept across the
-windows, then that geometric mean; utilisation kept in the most windows, then that mean.
+guard; Slurm and the ``--heuristics`` too, behind the same guard), prints the baselines'
+figures per window, and adds rules that choose on them: the lowest geometric mean of
+the windows' bsld; the most of Slurm's bounds (p99, bsld, utilisation) kept across the
+windows, then that geometric mean; Slurm's utilisation kept in the most windows, then
+that mean; and two that read the test's line against the best heuristic on each window
+(the lowest bsld of those replayed there): the most windows with the p99 wait within
+10% of Slurm's, then with a bsld below the best heuristic's, then with a utilisation not
+below that heuristic's own, then the geometric mean; and that heuristic's utilisation
+kept in the most windows, then the geometric mean. Those two read the utilisation bound
+against an order that reaches it on the window: on Lublin's validation period Slurm's
+utilisation (0.935) is above ``lrf``'s (0.902) and nearly every checkpoint's, while on
+the test period ``lrf`` keeps Slurm's (0.882 against 0.876).
 
 ``--ensembles K[,K...]`` also replays, for each K, the ensemble ``train rl --ensemble K``
 writes from these checkpoints (:func:`trainer.rl.trainer.ensemble_members`: the K
@@ -256,13 +265,14 @@ def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
             "prep": prep, "sim": sim, "cfg": cfg, "models": models}
 
 
-def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, float]]:
-    """Replay every checkpoint and Slurm on ``k`` validation windows; fill in the points.
+def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, dict[str, float]]]:
+    """Replay every checkpoint and the baselines on ``k`` validation windows; fill them in.
 
     The windows are the guard's (:func:`trainer.guard.validation_windows`): the
     validation period and the ``k - 1`` periods of as many jobs before it, each replayed
     on its own after as long a warm-up, behind the run's guard (as the demo's ``select``
-    stage judges its candidates). Returns Slurm's figures per window.
+    stage judges its candidates). The baselines are the test's (Slurm, and the
+    heuristics behind the same guard). Returns, per window, each baseline's figures.
     """
     from dataclasses import replace
 
@@ -270,31 +280,57 @@ def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, 
     from trainer.guard import validation_windows
     from trainer.sim.stepper import window
 
-    prep, sim, cfg = test["prep"], test["sim"], replace(test["cfg"], baselines=("slurm",))
+    prep, sim = test["prep"], test["sim"]
+    cfg = replace(test["cfg"], baselines=tuple(test["baselines"]))
     jobs = prep.jobs
     sp = time_split(jobs.n, cfg.train, cfg.val)
     warm = sp.test_start - sp.val_start
-    slurm = []
+    baselines = []
     for a, b in validation_windows(jobs.n, cfg, k):
         val = window(jobs, 0, b, shift=False)
         res = evaluate(val, prep.cluster, {f"u{p.update}": str(p.path) for p in run.points},
                        cfg, options=prep.options,
                        priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
                        split=Split(val.n, a, a), warmup_jobs=min(warm, a))
-        sl = _figures(res.metrics["slurm"])
-        slurm.append(sl)
+        base = {n: _figures(res.metrics[n]) for n in cfg.baselines}
+        baselines.append(base)
         for p in run.points:
             f = _figures(res.metrics[f"u{p.update}"])
-            f.update(_kept_against(f, sl))
+            f.update(_kept_against(f, base))
             p.windows.append(f)
-    return slurm
+    return baselines
 
 
-def _kept_against(f: Mapping[str, float], slurm: Mapping[str, float]) -> dict[str, float]:
-    """Which of Slurm's bounds ``f`` keeps (as ``--val-bounds`` reads them, 0 slack)."""
-    from trainer.bounds import slurm_bounds
+def best_heuristic(base: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The heuristic of ``base`` (every baseline's figures) with the lowest mean bsld.
 
-    return {k: float(ok) for k, ok in slurm_bounds(f, slurm, 0.10, 0.0).items()}
+    The one the test's "below the best heuristic" line reads
+    (:func:`trainer.evaluate.check_targets`: the lowest among those replayed, the earlier
+    named on a tie); ``None`` when only Slurm was replayed.
+    """
+    names = [n for n in base if n != "slurm"]
+    return min(names, key=lambda n: base[n]["bsld_mean"]) if names else None
+
+
+def _kept_against(f: Mapping[str, float], base: Mapping[str, Mapping[str, float]]
+                  ) -> dict[str, float]:
+    """Which of the baselines' bounds ``f`` keeps on one window (1.0: kept).
+
+    Slurm's, as ``--val-bounds`` reads them with 0 slack (``p99_ok``, ``bsld_ok``,
+    ``util_ok``); with a heuristic replayed, the best one's (:func:`best_heuristic`):
+    ``best_ok``, a mean bsld below it (the test's line), and ``best_util_ok``, a
+    utilisation not lower than its own on that window (the utilisation bound read
+    against an order that reaches it, where Slurm's may be out of every order's reach).
+    """
+    from trainer.bounds import slurm_bounds, util_not_lower
+
+    kept = {k: float(ok) for k, ok in slurm_bounds(f, base["slurm"], 0.10, 0.0).items()}
+    best = best_heuristic(base)
+    if best is not None:
+        h = base[best]
+        kept["best_ok"] = float(f["bsld_mean"] < h["bsld_mean"])
+        kept["best_util_ok"] = float(util_not_lower(f["util"], h["util"]))
+    return kept
 
 
 def _figures(m: Mapping[str, Any]) -> dict[str, float]:
@@ -348,6 +384,18 @@ def choices(run: Run) -> dict[str, Point | None]:
             f"{k} windows: utilisation kept in most, then lowest geometric mean":
                 min(pts, key=lambda p: (-kept_in(p, "util_ok"), geo(p), p.update)),
         }
+        if "best_ok" in pts[0].windows[0]:  # (a heuristic replayed on the windows)
+            multi.update({
+                f"{k} windows: the best heuristic's lines kept in most (p99 within 10% of"
+                " Slurm's, bsld below it, utilisation not below its own), then lowest"
+                " geometric mean":
+                    min(pts, key=lambda p: (-kept_in(p, "p99_ok"), -kept_in(p, "best_ok"),
+                                            -kept_in(p, "best_util_ok"), geo(p), p.update)),
+                f"{k} windows: utilisation not below the best heuristic's in most, then"
+                " lowest geometric mean":
+                    min(pts, key=lambda p: (-kept_in(p, "best_util_ok"), geo(p),
+                                            p.update)),
+            })
     return {"the run's choice (best.pt)": by_update.get(run.chosen) if run.chosen is not None
             else None, **multi,
             "lowest validation bsld": low(pts, "bsld_mean", "val"),
@@ -357,6 +405,19 @@ def choices(run: Run) -> dict[str, Point | None]:
             "lowest test bsld (hindsight)": low(pts, "bsld_mean", "test"),
             "lowest test bsld passing every line (hindsight)":
                 low(passing, "bsld_mean", "test")}
+
+
+def _window_kept(points: Sequence[Point], i: int, name: str,
+                 base: Mapping[str, Mapping[str, float]]) -> str:
+    """How many ``points`` kept baseline ``name``'s bounds on window ``i`` (its row's note)."""
+    def n(key: str) -> int:
+        return sum(int(p.windows[i].get(key, 0)) for p in points)
+
+    if name == "slurm":
+        return f"{n('p99_ok')}/{n('bsld_ok')}/{n('util_ok')} of {len(points)}"
+    if name == best_heuristic(base):
+        return f"{n('best_ok')}, {n('best_util_ok')} of {len(points)}"
+    return ""
 
 
 def _mark(ok: float | bool | None) -> str:
@@ -402,6 +463,16 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
     print("(* the run's choice; 'val kept': p = p99, b = bsld, u = utilisation bound of"
           f" Slurm's kept on validation; lines against Slurm and the best of"
           f" {', '.join(heur) or 'no heuristic'})")
+    if test.get("baseline_windows"):
+        table(["window", "baseline", "bsld", "p99 (s)", "util", "checkpoints kept (p/b/u;"
+               " below it, its util)"],
+              [[f"{i + 1}", n, f"{f['bsld_mean']:.1f}", f"{f['wait_p99']:,.0f}",
+                f"{f['util']:.4f}", _window_kept(run.points, i, n, base)]
+               for i, base in enumerate(test["baseline_windows"]) for n, f in base.items()])
+        print("(the validation windows, oldest first, the last the validation period;"
+              " per Slurm: how many checkpoints kept its p99, bsld and utilisation bounds;"
+              " per the best heuristic: how many were below its bsld and kept its"
+              " utilisation)")
     rho = spearman([p.val["bsld_mean"] for p in run.points],
                    [p.test["bsld_mean"] for p in run.points])
     print("rank correlation of validation bsld with test bsld: "
@@ -429,6 +500,7 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
             "passing": [p.update for p in run.points if p.passes_all],
             "choices": {r: None if q is None else q.update for r, q in picks.items()},
             "slurm_windows": test.get("slurm_windows", []),
+            "baseline_windows": test.get("baseline_windows", []),
             "points": [{"update": p.update, "val": p.val, "test": p.test, "lines": p.lines,
                         "windows": p.windows} for p in run.points],
             "ensembles": {str(k): {"members": e.members,
@@ -473,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         test = replay_test(run, heuristics, args.trace, args.bf_plan)
         if args.val_windows > 0:
             print(f"  and on {args.val_windows} validation windows...", file=sys.stderr)
-            test["slurm_windows"] = replay_windows(run, test, args.val_windows)
+            test["baseline_windows"] = replay_windows(run, test, args.val_windows)
+            test["slurm_windows"] = [w["slurm"] for w in test["baseline_windows"]]
         out.append(report(run, test))
     if len(out) > 1:
         print("\nall runs:")

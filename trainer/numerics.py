@@ -32,12 +32,13 @@ gives another net than ``portable`` (on that Xeon, imitation top-1 0.894 against
 so keep one mode for a site. It did not make the vendors agree (stop 60, an AMD EPYC,
 family 25, model 17, which repeated stop 58's RL runs exactly): the Lublin imitation
 ``--imitate-from lrf``, 3 epochs, reported top-1 0.898 there under ``compatible``
-against the Xeon's 0.894 (0.896 against 0.895 under ``portable``, where stop 58 found
-the weights themselves identical). Top-1 is computed from the weights by the same code,
-so some arithmetic still rounds by vendor under ``compatible``, in training or in
-scoring; whether the weights agree can be checked on an Intel machine against these
-digests (``benchmarks/numerics_cost.py``'s): ``d3049a03b0b2ee16`` portable,
-``06a30b3153e9f858`` compatible. Nets and figures repeat on one vendor's machines.
+against the Xeon's 0.894 (0.896 against 0.895 under ``portable``). The weights differ
+under both modes (``benchmarks/numerics_cost.py``'s digests of that imitation's
+folder): ``d3049a03b0b2ee16`` (``portable``) and ``06a30b3153e9f858``
+(``compatible``) on the AMD EPYC, ``f0bfab5319a0d946`` and ``81566f3c712c9738`` on an
+Intel Xeon (family 6, model 167; stop 61), each mode repeating its own digest there.
+So some arithmetic rounds by vendor in training itself, beyond MKL's branch; nets and
+figures repeat on one vendor's machines only.
 It costs time (``benchmarks/numerics_cost.py``, side by side on that Xeon): 3 epochs
 of Lublin imitation took 35.0 s against 26.8 s, 4 RL updates 72.8 s against 65.5 s.
 

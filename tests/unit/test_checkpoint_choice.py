@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,44 @@ def test_the_window_rules_read_every_window():
     from trainer.guard import _geo  # the mean the rules read (the demo's select stage's)
 
     assert _geo([10.0, 1000.0]) == pytest.approx(100.0)
+    assert not any("best heuristic" in rule for rule in got)  # no heuristic replayed
+
+
+def test_the_best_heuristic_rules_read_its_bsld_and_its_own_utilisation():
+    cc = _module()
+    slurm = {"bsld_mean": 300.0, "wait_p99": 1000.0, "util": 0.95}
+    base = {"slurm": slurm, "lrf": {"bsld_mean": 150.0, "wait_p99": 900.0, "util": 0.90},
+            "sef": {"bsld_mean": 160.0, "wait_p99": 800.0, "util": 0.93}}
+    assert cc.best_heuristic(base) == "lrf"  # the lowest bsld, whatever its utilisation
+    assert cc.best_heuristic({"slurm": slurm}) is None
+    kept = cc._kept_against({"bsld_mean": 140.0, "wait_p99": 1050.0, "util": 0.91}, base)
+    # Slurm's utilisation (0.95) is lost, lrf's own (0.90) kept; bsld below lrf's
+    assert kept == {"p99_ok": 1.0, "bsld_ok": 1.0, "util_ok": 0.0, "best_ok": 1.0,
+                    "best_util_ok": 1.0}
+    kept = cc._kept_against({"bsld_mean": 150.0, "wait_p99": 1200.0, "util": 0.8999}, base)
+    assert kept == {"p99_ok": 0.0, "bsld_ok": 1.0, "util_ok": 0.0, "best_ok": 0.0,
+                    "best_util_ok": 0.0}  # a tie with the heuristic is not below it
+    assert set(cc._kept_against({"bsld_mean": 1.0, "wait_p99": 1.0, "util": 1.0},
+                                {"slurm": slurm})) == {"p99_ok", "bsld_ok", "util_ok"}
+
+    def pt(update, windows):
+        return cc.Point(update, Path(f"u{update}.pt"), {"bsld_mean": 1.0, "wait_p99": 1.0},
+                        {"bsld_mean": 1.0},
+                        windows=[{"bsld_mean": b, "p99_ok": float(p), "bsld_ok": 1.0,
+                                  "util_ok": 0.0, "best_ok": float(h),
+                                  "best_util_ok": float(u)} for b, p, h, u in windows])
+
+    pts = [pt(0, [(100.0, 1, 1, 1), (100.0, 1, 1, 1)]),  # every line, mean 100
+           pt(5, [(10.0, 1, 1, 0), (400.0, 1, 1, 0)]),   # 63.2, the heuristic's util lost
+           pt(10, [(50.0, 1, 1, 1), (150.0, 1, 0, 1)]),  # 86.6, above it once
+           pt(15, [(40.0, 0, 1, 1), (160.0, 1, 1, 1)])]  # 80.0, p99 lost once
+    got = {rule: q.update for rule, q in cc.choices(cc.Run(Path("r"), {}, {}, pts, 0, {})).items()
+           if q is not None and "best heuristic" in rule}
+    assert got == {
+        "2 windows: the best heuristic's lines kept in most (p99 within 10% of Slurm's, bsld"
+        " below it, utilisation not below its own), then lowest geometric mean": 0,
+        "2 windows: utilisation not below the best heuristic's in most, then lowest geometric"
+        " mean": 15}
 
 
 def test_the_replays_read_the_runs_own_history_and_backfill_plan(tmp_path):
@@ -210,7 +249,20 @@ def test_every_kept_checkpoint_is_replayed_as_evaluate_replays_it(tmp_path, caps
             float(ev.metrics["net"]["bsld"]["mean"]))
         assert s["slurm_windows"][k]["bsld_mean"] == pytest.approx(
             float(ev.metrics["slurm"]["bsld"]["mean"]))
-        assert set(s["points"][2]["windows"][k]) >= {"p99_ok", "bsld_ok", "util_ok"}
+        assert set(s["points"][2]["windows"][k]) >= {"p99_ok", "bsld_ok", "util_ok",
+                                                      "best_ok", "best_util_ok"}
+        # the heuristic behind the run's guard, as the test period replays it
+        guarded = evaluate(val, prep.cluster, {}, replace(cfg, baselines=("slurm", "spf"),
+                                                          guard_heuristics=True),
+                           options=prep.options, priority=prep.priority,
+                           split=Split(val.n, a, a),
+                           warmup_jobs=min(sp.test_start - sp.val_start, a))
+        assert s["baseline_windows"][k]["spf"]["bsld_mean"] == pytest.approx(
+            float(guarded.metrics["spf"]["bsld"]["mean"]))
+        assert s["baseline_windows"][k]["slurm"] == s["slurm_windows"][k]
+        assert s["points"][2]["windows"][k]["best_util_ok"] == float(
+            s["points"][2]["windows"][k]["util"] >= s["baseline_windows"][k]["spf"]["util"])
+    assert "checkpoints kept (p/b/u; below it, its util)" in text
     # --bf-plan conservative: the test replays plan backfill as Slurm does, as evaluate's
     cons_json = tmp_path / "choice-conservative.json"
     assert cc.main([str(run), "--heuristics", "spf", "--json", str(cons_json),
