@@ -275,7 +275,8 @@ def replay_test(run: Run, heuristics: Sequence[str], trace: str | None,
             "prep": prep, "sim": sim, "cfg": cfg, "models": models}
 
 
-def replay_windows(run: Run, test: Mapping[str, Any], k: int) -> list[dict[str, dict[str, float]]]:
+def replay_windows(run: Run, test: Mapping[str, Any], k: int
+                   ) -> list[dict[str, dict[str, float]]]:
     """Replay every checkpoint and the baselines on ``k`` validation windows; fill them in.
 
     The windows are the guard's (:func:`trainer.guard.validation_windows`): the
@@ -315,11 +316,11 @@ def best_heuristic(base: Mapping[str, Mapping[str, float]]) -> str | None:
     """The heuristic of ``base`` (every baseline's figures) with the lowest mean bsld.
 
     The one the test's "below the best heuristic" line reads
-    (:func:`trainer.evaluate.check_targets`: the lowest among those replayed, the earlier
-    named on a tie); ``None`` when only Slurm was replayed.
+    (:func:`trainer.evaluate.check_targets`: the lowest among those replayed, a tie to
+    the first name in alphabetical order); ``None`` when only Slurm was replayed.
     """
     names = [n for n in base if n != "slurm"]
-    return min(names, key=lambda n: base[n]["bsld_mean"]) if names else None
+    return min(names, key=lambda n: (base[n]["bsld_mean"], n)) if names else None
 
 
 def _kept_against(f: Mapping[str, float], base: Mapping[str, Mapping[str, float]]

@@ -36,7 +36,7 @@ against the Xeon's 0.894 (0.896 against 0.895 under ``portable``). The weights d
 under both modes (``benchmarks/numerics_cost.py``'s digests of that imitation's
 folder): ``d3049a03b0b2ee16`` (``portable``) and ``06a30b3153e9f858``
 (``compatible``) on the AMD EPYC, ``f0bfab5319a0d946`` and ``81566f3c712c9738`` on an
-Intel Xeon (family 6, model 167; stop 61), each mode repeating its own digest there.
+Intel Xeon (family 6, model 167; stop 61; ``portable`` gave its digest in both of two runs).
 So some arithmetic rounds by vendor in training itself, beyond MKL's branch; nets and
 figures repeat on one vendor's machines only.
 It costs time (``benchmarks/numerics_cost.py``, side by side on that Xeon): 3 epochs
