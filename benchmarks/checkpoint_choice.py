@@ -510,7 +510,7 @@ def report(run: Run, test: Mapping[str, Any]) -> dict[str, Any]:
             "warmup_jobs": test["warmup_jobs"],
             "passing": [p.update for p in run.points if p.passes_all],
             "choices": {r: None if q is None else q.update for r, q in picks.items()},
-            "slurm_windows": test.get("slurm_windows", []),
+            "slurm_windows": [w["slurm"] for w in test.get("baseline_windows", [])],
             "baseline_windows": test.get("baseline_windows", []),
             "points": [{"update": p.update, "val": p.val, "test": p.test, "lines": p.lines,
                         "windows": p.windows} for p in run.points],
@@ -557,7 +557,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.val_windows > 0:
             print(f"  and on {args.val_windows} validation windows...", file=sys.stderr)
             test["baseline_windows"] = replay_windows(run, test, args.val_windows)
-            test["slurm_windows"] = [w["slurm"] for w in test["baseline_windows"]]
         out.append(report(run, test))
     if len(out) > 1:
         print("\nall runs:")
