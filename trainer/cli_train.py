@@ -441,7 +441,9 @@ def _rl_options(fn: F) -> F:
                           " budget, --workers, --ray-address and --keep-checkpoints may"
                           " change, and the trace and input options must read the same jobs."),
         click.option("--algo-opt", "algo_opts", multiple=True, metavar="KEY=VALUE",
-                     help="A setting of the algorithm's config, e.g. lr=1e-3 (repeatable)."),
+                     help="A setting of the algorithm's config, e.g. lr=1e-3, or lr_final=0"
+                          " to anneal the learning rate linearly to 0 over the"
+                          " --budget in updates or steps (repeatable)."),
     ]
     for name, _field, typ, help_ in _TRAIN_OPTIONS:
         if typ is None:
@@ -668,7 +670,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
 
     from .policy import PLACE_TRAINED, PolicyEnsemble, load_checkpoint, place_head_trained
     from .rl import ALGORITHMS, FlatValidationWarning, TrainConfig, Trainer, make_spec
-    from .rl.config import parse_overrides
+    from .rl.config import check_schedule, parse_overrides
     from .rl.report import HEADERS, summarize
     from .rl.trainer import NoEffectWarning
 
@@ -679,6 +681,7 @@ def _rl(data: _Data, cmd: RLCommand, out: Path, init: Any, resolved: dict[str, A
                           **parse_budget(cmd.budget), **fields_)
         acls = ALGORITHMS[cfg.algo].config_cls
         acfg = acls(**parse_overrides(acls, cmd.algo_opts))
+        check_schedule(cfg, acfg)
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(str(exc)) from None
     norm = Normalisation()

@@ -53,7 +53,7 @@ from trainer.rl.acting import (  # noqa: E402
     run_group,
     sample_masked,
 )
-from trainer.rl.algorithms import elites, gae, per_step_baseline  # noqa: E402
+from trainer.rl.algorithms import PPO, elites, gae, per_step_baseline  # noqa: E402
 from trainer.rl.config import parse_overrides  # noqa: E402
 from trainer.rl.replay import PrioritizedReplay, RoundReplay  # noqa: E402
 from trainer.sim.state import Cluster, build_jobs  # noqa: E402
@@ -311,6 +311,74 @@ def test_resume_continues_exactly(tmp_path, algo, acfg):
         assert (tmp_path / name).is_file()
     with pytest.raises(ValueError, match="other settings"):
         train(spec, dataclasses.replace(cfg, episode_jobs=12), acfg, out=tmp_path, resume=True)
+
+
+def test_lr_final_anneals_the_step_size_linearly_over_the_update_budget():
+    spec, cfg = _short(budget_updates=4, budget_steps=None)
+    acfg = PPOConfig(episodes=2, minibatch=32, lr=1e-3, lr_final=0.0)
+    annealed = train(spec, cfg, acfg)
+    assert [p["lr"] for p in annealed.curves["train"]] == pytest.approx(
+        [1e-3, 7.5e-4, 5e-4, 2.5e-4], rel=1e-12)
+    const = train(spec, cfg, dataclasses.replace(acfg, lr_final=None))
+    assert [p["lr"] for p in const.curves["train"]] == [1e-3] * 4
+    assert not _same(_weights(annealed.net), _weights(const.net))
+    # the first update steps at ``lr`` itself: one update gives the same weights either way
+    one = dataclasses.replace(cfg, budget_updates=1)
+    assert _same(_weights(train(spec, one, acfg).net),
+                 _weights(train(spec, one, dataclasses.replace(acfg, lr_final=None)).net))
+
+
+def test_an_annealed_run_resumes_exactly_and_a_longer_budget_anneals_over_itself(
+        tmp_path, monkeypatch):
+    spec, cfg = _short(budget_updates=5, budget_steps=None)
+    acfg = PPOConfig(episodes=2, minibatch=32, lr=1e-3, lr_final=0.0)
+    straight = train(spec, cfg, acfg)
+    # a crash in update 4 leaves the state of update 2 (saved every 2): the resume
+    # repeats the schedule of the same budget, so the run ends as if uninterrupted
+    learn = PPO.learn
+    calls = []
+
+    def crashing(self, trajs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("node lost")
+        return learn(self, trajs)
+
+    monkeypatch.setattr(PPO, "learn", crashing)
+    with pytest.raises(RuntimeError, match="node lost"):
+        train(spec, cfg, acfg, out=tmp_path / "crash")
+    monkeypatch.setattr(PPO, "learn", learn)
+    resumed = train(spec, cfg, acfg, out=tmp_path / "crash", resume=True)
+    assert _same(_weights(resumed.net), _weights(straight.net))
+    assert [p["lr"] for p in resumed.curves["train"]] == [
+        p["lr"] for p in straight.curves["train"]]
+    # a budget raised on resume: the rest anneals from where the run is over the new one
+    train(spec, dataclasses.replace(cfg, budget_updates=3), acfg, out=tmp_path / "longer")
+    longer = train(spec, cfg, acfg, out=tmp_path / "longer", resume=True)
+    assert [p["lr"] for p in longer.curves["train"]] == pytest.approx(
+        [1e-3, 1e-3 * 2 / 3, 1e-3 / 3, 1e-3 * 2 / 5, 1e-3 / 5], rel=1e-12)
+
+
+def test_lr_final_reads_a_step_budget_and_refuses_a_wall_time_budget_alone():
+    spec, cfg = _short(budget_steps=200, budget_updates=None)
+    res = train(spec, cfg, PPOConfig(episodes=2, minibatch=32, lr=1e-3, lr_final=1e-4))
+    pts = res.curves["train"]
+    before = [0] + [p["steps"] for p in pts[:-1]]
+    want = [1e-3 + (1e-4 - 1e-3) * min(1.0, s / 200) for s in before]
+    assert len(pts) >= 2 and [p["lr"] for p in pts] == pytest.approx(want, rel=1e-12)
+    timed = dataclasses.replace(cfg, budget_steps=None, max_seconds=5.0)
+    with pytest.raises(ValueError, match="lr_final anneals .*--budget 40u"):
+        train(spec, timed, PPOConfig(lr_final=0.0))
+
+
+def test_set_progress_by_hand():
+    net = PolicyNet(PolicyConfig(hidden=8))
+    algo = ALGORITHMS["ppo"](net, PPOConfig(lr=1e-3, lr_final=1e-4), np.random.default_rng(0))
+    for frac, lr in ((0.0, 1e-3), (0.5, 5.5e-4), (1.0, 1e-4), (2.0, 1e-4), (-1.0, 1e-3)):
+        assert algo.set_progress(frac) == pytest.approx(lr, rel=1e-12)
+        assert [g["lr"] for g in algo.opt.param_groups] == [algo.set_progress(frac)]
+    flat = ALGORITHMS["dqn"](net, DQNConfig(lr=2e-3), np.random.default_rng(0))
+    assert flat.set_progress(0.7) == 2e-3
 
 
 def test_resume_needs_a_saved_state(tmp_path):
@@ -769,6 +837,9 @@ def test_configs_are_checked():
         ReinforceConfig(episodes_per_window=1)
     with pytest.raises(ValueError, match="eps_end"):
         DQNConfig(eps_start=0.1, eps_end=0.5)
+    with pytest.raises(ValueError, match="lr_final must be >= 0"):
+        PPOConfig(lr_final=-1e-4)
+    assert parse_overrides(PPOConfig, ["lr_final=0"]) == {"lr_final": 0}
     assert parse_overrides(PPOConfig, ["lr=0.01", "norm-adv=false"]) == {
         "lr": 0.01, "norm_adv": False}
     with pytest.raises(ValueError, match="no option 'lrate'"):
@@ -1044,6 +1115,22 @@ def test_train_rl_val_metric_picks_by_the_p99_wait(tmp_path):
         res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
                       str(tmp_path / "bad"), "--budget", "1u", *opts)
         assert res.exit_code != 0 and why in res.output
+
+
+@pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")
+def test_train_rl_anneals_the_learning_rate_given_lr_final(tmp_path):
+    out = tmp_path / "run"
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out", str(out),
+                  *_SMALL_RUN, "--budget", "2u", "--algo-opt", "episodes=2", "--algo-opt",
+                  "lr_final=0")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert json.loads((out / "config.json").read_text())["algo"]["lr_final"] == 0
+    curves = json.loads((out / "curves.json").read_text())
+    assert [p["lr"] for p in curves["train"]] == pytest.approx([3e-4, 1.5e-4], rel=1e-12)
+    res = _invoke("train", "rl", "--trace", str(LUBLIN), "--limit", "400", "--out",
+                  str(tmp_path / "timed"), "--budget", "1m", "--algo-opt", "lr_final=0")
+    assert res.exit_code != 0 and "not only a wall-time budget" in res.output
+    assert not any((tmp_path / "timed").iterdir())  # refused before anything is written
 
 
 @pytest.mark.skipif(not LUBLIN.is_file(), reason=f"{LUBLIN} not found")

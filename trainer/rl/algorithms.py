@@ -199,6 +199,19 @@ class Algorithm(ABC):
         """The trajectory's rewards times the reward scale."""
         return traj.rewards() * self.reward_scale
 
+    def set_progress(self, frac: float) -> float:
+        """Set the step size of an update ``frac`` (0 to 1) of the way through the budget.
+
+        ``lr``, annealed linearly to ``lr_final`` when that is set; returns it.
+        """
+        c = self.cfg
+        lr = c.lr
+        if c.lr_final is not None:
+            lr += (c.lr_final - c.lr) * min(max(frac, 0.0), 1.0)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        return lr
+
     def _step(self, loss: Tensor) -> float:
         self.opt.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]

@@ -353,10 +353,16 @@ class AlgoConfig:
     """Discount per decision."""
     max_grad_norm: float = 0.5
     """Gradient norm clip."""
+    lr_final: float | None = None
+    """Learning rate at the end of the budget: the step size falls linearly from ``lr``
+    at the first update to this at the end of the update budget, else of the step budget
+    (PPO's annealing; a run needs one of the two, a wall-time budget alone is refused as
+    unrepeatable); ``None``: ``lr`` throughout."""
 
     def __post_init__(self) -> None:
         name = type(self).__name__
         _need(self.lr > 0, name, "lr must be positive")
+        _need(self.lr_final is None or self.lr_final >= 0, name, "lr_final must be >= 0")
         _need(0 <= self.gamma <= 1, name, "gamma must lie in [0, 1]")
         _need(self.max_grad_norm > 0, name, "max_grad_norm must be positive")
         for f in fields(self):
@@ -532,6 +538,19 @@ class CEMConfig(AlgoConfig):
               and self.minibatch >= 1, "CEMConfig", "episodes, windows, epochs, minibatch >= 1")
         _need(0 < self.elite_frac <= 1 and 0 < self.smoothing <= 1, "CEMConfig",
               "elite_frac and smoothing must lie in (0, 1]")
+
+
+def check_schedule(train: TrainConfig, algo: AlgoConfig) -> None:
+    """Refuse an annealed learning rate (``lr_final``) without an update or step budget.
+
+    Raises:
+        ValueError: If ``algo.lr_final`` is set and ``train`` has only a wall-time budget,
+            over which the schedule would not repeat.
+    """
+    if algo.lr_final is not None and train.budget_updates is None and train.budget_steps is None:
+        raise ValueError("lr_final anneals the learning rate over the update or step budget:"
+                         " give one (--budget 40u or --budget 100000), not only a wall-time"
+                         " budget, whose schedule would not repeat")
 
 
 def parse_overrides(cls: type[_C], items: Iterable[str]) -> dict[str, Any]:

@@ -92,7 +92,7 @@ from ..sim.state import Cluster, JobTable
 from ..sim.stepper import window
 from .acting import EnvSpec, Task, Trajectory, discounted, finite_mean
 from .algorithms import ALGORITHMS, Algorithm, TaskMaker
-from .config import VAL_METRICS, AlgoConfig, TrainConfig
+from .config import VAL_METRICS, AlgoConfig, TrainConfig, check_schedule
 from .curves import plot_curves, write_curves
 from .report import deployed_metrics, slurm_metrics
 from .workers import RolloutPool, make_pool
@@ -270,6 +270,7 @@ class Trainer:
         self.algo_cfg = algo_config or self.algo_cls.config_cls()
         if not isinstance(self.algo_cfg, self.algo_cls.config_cls):
             raise TypeError(f"{config.algo} needs a {self.algo_cls.config_cls.__name__}")
+        check_schedule(config, self.algo_cfg)
         self.init = init
         self.out = Path(out) if out is not None else None
         self.meta = dict(meta or {})
@@ -399,6 +400,7 @@ class Trainer:
                 if scale is None:
                     scale = self._set_scale(trajs)
                 algo.reward_scale = scale
+                lr = algo.set_progress(self._progress(updates, steps))
                 net.train()
                 stats = algo.learn(trajs)
                 net.eval()
@@ -408,7 +410,7 @@ class Trainer:
                 episodes += len(trajs)
                 point = {"update": updates, "steps": steps, "episodes": episodes,
                          "return_mean": finite_mean([t.ret for t in trajs]),
-                         "wall_s": time.perf_counter() - wall0, **stats}
+                         "wall_s": time.perf_counter() - wall0, "lr": lr, **stats}
                 # (and the figure that picks the checkpoint, for the curves' left panel)
                 for key in dict.fromkeys(("bsld_mean", "wait_mean", "jct_mean",
                                           cfg.val_metric)):
@@ -491,6 +493,13 @@ class Trainer:
                 n = loaded
             nets.append(n.eval())
         return (PolicyEnsemble(nets).eval(), members) if nets else (None, [])
+
+    def _progress(self, updates: int, steps: int) -> float:
+        """How far through its update or step budget (the further) a run is, 0 to 1."""
+        c = self.cfg
+        done = [updates / c.budget_updates if c.budget_updates is not None else 0.0,
+                steps / c.budget_steps if c.budget_steps is not None else 0.0]
+        return min(1.0, max(done))
 
     def _spent(self, updates: int, steps: int, wall0: float) -> bool:
         c = self.cfg
