@@ -355,8 +355,8 @@ class AlgoConfig:
     """Gradient norm clip."""
     lr_final: float | None = None
     """Learning rate at the end of the budget: the step size falls linearly from ``lr``
-    at the first update to this at the end of the update budget, else of the step budget
-    (PPO's annealing; a run needs one of the two, a wall-time budget alone is refused as
+    at the first update to this at the end of the update or step budget, whichever the
+    run is further through (PPO's annealing; a wall-time budget alone is refused as
     unrepeatable); ``None``: ``lr`` throughout."""
 
     def __post_init__(self) -> None:
