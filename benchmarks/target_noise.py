@@ -103,6 +103,11 @@ def lines(m: dict[str, dict[str, float]], model: str, heuristics: list[str],
             "utilisation": util_not_lower(me["util"], slurm["util"])}
 
 
+def _seconds(span: str) -> float:
+    """A span such as ``2d`` or ``15m`` in seconds; ``0`` (or nothing): 0."""
+    return parse_span(span).total_seconds() if span not in ("0", "") else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Replay the test period under jittered arrivals; print the figures and the lines."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -127,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     kw = {"missing_limits": args.missing_limits} if args.missing_limits else {}
     sim = resolve(trace=args.trace, **kw)
     prep = _prepare(sim)
-    limit = parse_span(args.limit).total_seconds() if args.limit not in ("0", "") else 0.0
-    express = (parse_span(args.express).total_seconds()
-               if args.express not in ("0", "") else 0.0)
+    limit, express = _seconds(args.limit), _seconds(args.express)
     cfg = EvalConfig(baselines=("slurm", *heuristics), resamples=0, windows=1,
                      guard_heuristics=True, starvation_limit=limit,
                      starvation_order=args.order, express_limit=express)
