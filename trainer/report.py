@@ -8,7 +8,8 @@ sections it has) and writes ``report.html``:
   the test period (mean/p95/p99 wait, bounded slowdown, JCT, utilisation,
   fragmentation, share of multi-node jobs within one leaf switch, Jain's fairness),
   with each policy's change against the Slurm baseline, the quality targets (with how
-  sure each ratio is) and the mean bounded slowdown per window of the test period;
+  sure each ratio is), the mean bounded slowdown per window of the test period and,
+  after ``evaluate --draws``, the figures and lines over the draws of its timing;
 - the evaluation plots (wait CDF, utilisation and fragmentation over time), the
   training curves (RL and imitation), the imitation agreement on held-out decisions,
   the model card, the run's stages and wall times, and the next steps on a real
@@ -281,6 +282,69 @@ def _windows(ev: Mapping[str, Any]) -> str:
             " ratio's 95% block-bootstrap interval for the same reason.</p>"
             f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}'
             "</tbody></table></div>")
+
+
+#: The quality checks in the order ``evaluate`` reads them (eval.json sorts its keys).
+CHECK_ORDER = ("bsld_vs_slurm", "bsld_vs_best_heuristic", "p99_wait", "utilisation",
+               "jct_vs_best_heuristic", "single_leaf_share")
+
+
+def _draws(ev: Mapping[str, Any]) -> str:
+    """The test period under jittered arrivals (``eval.json``'s ``draws``)."""
+    d = ev.get("draws") or {}
+    figures = d.get("figures") or {}
+    if not figures:
+        return ""
+    k = d["draws"]
+    # (eval.json's keys are sorted: the table order is evaluate's, models first)
+    order = [n for n in (ev.get("names") or []) if n in figures]
+    order += [n for n in figures if n not in order]
+    models = [m for m in (ev.get("models") or []) if m in (d.get("passes") or {})]
+
+    def spread(xs: Any) -> list[str]:
+        if not xs or any(x is None for x in xs):
+            return ["-", "-", "-"]
+        return [_num(float(xs[0])), _num(sum(xs) / len(xs)),
+                f"{_num(float(min(xs)))} to {_num(float(max(xs)))}"]
+
+    head = "".join(f"<th>{esc(c)}</th>" for c in ["policy", "bsld as recorded",
+                                                   "bsld mean", "bsld range",
+                                                   "p99 wait mean", "util mean"])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in [
+            n, *spread(f.get("bsld")), *spread(f.get("p99"))[1:2],
+            *spread(f.get("util"))[1:2]]) + "</tr>"
+        for n, f in ((n, figures[n]) for n in order))
+    passes = d.get("passes") or {}
+    lines = ""
+    if models:
+        names = [c for c in CHECK_ORDER if c in passes[models[0]]]
+        names += [c for c in passes[models[0]] if c not in names and c != "all"]
+        phead = "".join(f"<th>{esc(c)}</th>" for c in ["model", *names, "all"])
+        pbody = "".join(
+            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in [
+                m, *("-" if p[c] is None else f"{p[c]} of {k}" for c in names),
+                f"{p['all']} of {k}"]) + "</tr>" for m, p in ((m, passes[m]) for m in models))
+        lines = (f"<p class='note'>Quality lines kept, in draws of {k} (each draw read as"
+                 " the recorded replay is):</p>"
+                 f'<div class="wrap"><table><thead><tr>{phead}</tr></thead><tbody>{pbody}'
+                 "</tbody></table></div>")
+    first = next((m for m in models if m in (d.get("expected") or {})), None)
+    expected = ""
+    if first is not None:
+        t = d["expected"][first]
+        verdict = "all met" if t["passed"] else "some missed"
+        expected = (f"<p class='note'>The lines of {esc(first)} on the mean figures over"
+                    f" the draws: {verdict}.</p><table><tbody>"
+                    f"{_check_rows(t['checks'])}</tbody></table>")
+    return (f"<h3>The test period in {k} draws of its timing</h3>"
+            "<p class='note'>One replay is one timing of these jobs. Draw 1 is the"
+            f" history as recorded; in the others every arrival moved by up to"
+            f" {_num(float(d['jitter']))} s, in the same order. A line kept in every draw"
+            " is the policy's; one kept in some draws only is decided by timing no site"
+            " controls.</p>"
+            f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}'
+            f"</tbody></table></div>{lines}{expected}")
 
 
 def _days(s: Any) -> str:
@@ -569,6 +633,7 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
         _switch_on(run_info),
         _pairs(ev),
         _windows(ev),
+        _draws(ev),
         _guard(run),
         "<h2>Waits, utilisation and fragmentation</h2>",
         plots or "<p class='note'>No plots in this run directory (matplotlib was not"

@@ -36,7 +36,7 @@ def run_dir(tmp_path_factory):
     cl = Cluster.from_spec(spec)
     jobs = build_jobs(replay_records(generate(wc), spec), cl)
     evaluate(jobs, cl, {ODD: make_policy("sjf"), "second": make_policy("fifo")},
-             EvalConfig(baselines=("slurm", "fifo", "dsif")),
+             EvalConfig(baselines=("slurm", "fifo", "dsif"), draws=3),
              speed_model="locality", out=run / "eval")
     card = {"format": "rlsched-model-card/1", "sha256": "ab" * 32, "opset": 17,
             "schema_version": 1, "schema_hash": "cd" * 32, "inputs": ["jobs"],
@@ -138,6 +138,20 @@ def test_report_content(run_dir):
     assert "jobs 100 to 149" in page and "2d policy (chosen)" in page
     assert "<td class='worse'>2.00 d</td>" in page  # the unguarded p99 over the bound
     assert "<td>1.00 d</td>" in page and "starvation_limit = 172800 s" in page
+    # the test period in draws of its timing (evaluate --draws 3)
+    d = ev["draws"]
+    assert "The test period in 3 draws of its timing" in page
+    assert "moved by up to 60.0 s" in page
+    bsld = d["figures"]["slurm"]["bsld"]
+    assert (f"<td>{_num(float(bsld[0]))}</td><td>{_num(sum(bsld) / 3)}</td>"
+            f"<td>{_num(float(min(bsld)))} to {_num(float(max(bsld)))}</td>") in page
+    assert f"<td>{ODD}</td>" not in page and "<td>sjf&lt;b&gt;&amp;co</td>" in page
+    assert f"<td>{d['passes'][ODD]['all']} of 3</td>" in page
+    assert "The lines of sjf&lt;b&gt;&amp;co on the mean figures over the draws" in page
+    sec = page.split("draws of its timing")[1]  # models first, in evaluate's order
+    assert sec.index("<td>sjf&lt;b&gt;&amp;co</td>") < sec.index("<td>second</td>") < (
+        sec.index("<td>slurm</td>"))
+    assert sec.index("<th>bsld_vs_slurm</th>") < sec.index("<th>utilisation</th>")
 
 
 def test_report_says_when_the_guard_was_judged_on_several_periods(run_dir, tmp_path):
