@@ -285,8 +285,9 @@ def _windows(ev: Mapping[str, Any]) -> str:
 
 
 #: The quality checks in the order ``evaluate`` reads them (eval.json sorts its keys).
-CHECK_ORDER = ("bsld_vs_slurm", "bsld_vs_best_heuristic", "p99_wait", "utilisation",
-               "jct_vs_best_heuristic", "single_leaf_share")
+CHECK_ORDER = ("bsld_vs_slurm", "bsld_vs_best_heuristic", "bsld_vs_best_deployable",
+               "p99_wait", "utilisation", "jct_vs_best_heuristic", "jct_vs_best_deployable",
+               "single_leaf_share")
 
 
 def _draws(ev: Mapping[str, Any]) -> str:

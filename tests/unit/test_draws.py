@@ -74,6 +74,29 @@ def _metrics(d):
     return mean_metrics([d])
 
 
+def test_the_best_heuristic_line_is_also_counted_against_the_best_deployable_one():
+    cfg = EvalConfig()
+    draws = [  # spf reads the recorded run time (an oracle); lrf does not
+        {"net": _fig(60.0, 100.0, 0.9), "slurm": _fig(100.0, 100.0, 0.9),
+         "spf": _fig(50.0, 90.0, 0.9), "lrf": _fig(61.0, 90.0, 0.9)},  # below lrf only
+        {"net": _fig(60.0, 100.0, 0.9), "slurm": _fig(100.0, 100.0, 0.9),
+         "spf": _fig(70.0, 90.0, 0.9), "lrf": _fig(59.0, 90.0, 0.9)},  # lrf is the best
+        {"net": _fig(58.0, 100.0, 0.9), "slurm": _fig(100.0, 100.0, 0.9),
+         "spf": _fig(70.0, 90.0, 0.9), "lrf": _fig(59.0, 90.0, 0.9)},  # below both
+    ]
+    per_draw = [check_targets(_metrics(d), "net", cfg, locality=False,
+                              heuristics=["spf", "lrf"]) for d in draws]
+    s = summarize(draws, {"net": per_draw}, {}, jitter=60.0, seed=0)
+    assert s["passes"]["net"]["bsld_vs_best_heuristic"] == 1
+    assert s["passes"]["net"]["bsld_vs_best_deployable"] == 2  # draws 1 and 3
+    assert list(s["passes"]["net"])[:3] == ["bsld_vs_slurm", "bsld_vs_best_heuristic",
+                                            "bsld_vs_best_deployable"]
+    only_lrf = [check_targets(_metrics(d), "net", cfg, locality=False,
+                              heuristics=["lrf"]) for d in draws]
+    assert "bsld_vs_best_deployable" not in summarize(
+        draws, {"net": only_lrf}, {}, jitter=60.0, seed=0)["passes"]["net"]
+
+
 def test_a_check_not_applicable_in_every_draw_counts_none():
     cfg = EvalConfig()
     draws = [{"net": _fig(60.0, 100.0, 0.9), "slurm": _fig(100.0, 100.0, 0.9)}] * 2
