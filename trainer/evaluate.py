@@ -90,9 +90,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -1306,7 +1308,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
              extra: Mapping[str, Any] | None = None,
              split: Split | None = None,
              warmup_jobs: int | None = None,
-             label: str = "evaluating") -> EvalResult:
+             label: str = "evaluating",
+             workers: int = 1) -> EvalResult:
     """Replay the test period under the models and every baseline (module docstring).
 
     Args:
@@ -1331,6 +1334,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             warms up as many jobs as on the whole history: the share would shrink with
             the cut); at most as many as there are before the test period.
         label: The progress bar's label.
+        workers: Local processes replaying the draws after the first side by side
+            (``config.draws`` > 1; the same figures as one).
 
     With ``config.draws`` > 1 the test period is then replayed under jittered arrivals
     (:mod:`trainer.draws`; the result's ``draws``); a model given as a policy object
@@ -1341,6 +1346,8 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             loaded, or a name used twice.
     """
     cfg = config or EvalConfig()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
     opts = options or SchedulerOptions()
     prio = priority or PrioritySettings()
     if split is None:
@@ -1418,8 +1425,7 @@ def evaluate(jobs: JobTable, cluster: Cluster,
             ms[name] = metrics.compute(r)
     per_job = {n: metrics.job_metrics(r) for n, r in results.items()}  # (once, for all)
     table_jobs = next(iter(results.values())).jobs if results else None
-    locality = (cfg.locality_targets if cfg.locality_targets is not None
-                else speed_model != "none")
+    locality = _locality(cfg, speed_model)
     first = next(iter(models), None)
     targets = (check_targets(ms, first, cfg, locality=locality)  # (the seed baselines run)
                if first is not None else None)
@@ -1439,9 +1445,9 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                      pairs=model_pairs(per_job, list(models), cfg, seed=seed),
                      warmup_jobs=k)
     if fresh is not None:
-        res.draws = _replay_draws(jobs, cluster, fresh, cfg, ms, locality=locality,
-                                  options=opts, priority=prio, speed_model=speed_model,
-                                  seed=seed, progress=progress, split=split,
+        res.draws = _replay_draws(jobs, cluster, fresh, cfg, ms, progress=progress,
+                                  workers=workers, options=opts, priority=prio,
+                                  speed_model=speed_model, seed=seed, split=split,
                                   warmup_jobs=warmup_jobs)
     if out is not None:
         d = Path(out)
@@ -1461,31 +1467,58 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     return res
 
 
+def _locality(cfg: EvalConfig, speed_model: str) -> bool:
+    """Whether the JCT and leaf-locality targets are checked (``locality_targets``)."""
+    return cfg.locality_targets if cfg.locality_targets is not None else speed_model != "none"
+
+
+def _draw(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any], cfg: EvalConfig,
+          kw: Mapping[str, Any], progress: bool, label: str
+          ) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, Any]]]:
+    """One draw's replay (a worker's task): its :func:`figures_of` and each model's lines."""
+    r = evaluate(jobs, cluster, models, replace(cfg, draws=1, resamples=0, windows=1),
+                 progress=progress, label=label, **kw)
+    locality = _locality(cfg, kw["speed_model"])
+    return figures_of(r.metrics), {m: check_targets(r.metrics, m, cfg, locality=locality)
+                                   for m in models}
+
+
 def _replay_draws(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any],
                   cfg: EvalConfig, recorded: Mapping[str, Mapping[str, Any]], *,
-                  locality: bool, options: SchedulerOptions, priority: PrioritySettings,
-                  speed_model: str, seed: int, progress: bool, split: Split,
-                  warmup_jobs: int) -> dict[str, Any]:
+                  progress: bool, workers: int, **kw: Any) -> dict[str, Any]:
     """:func:`evaluate`'s draws after the recorded one (:mod:`trainer.draws`).
 
     ``recorded``: the metrics of the recorded replay (draw 1); ``models`` as given,
-    before any replay.
+    before any replay; ``kw``: :func:`evaluate`'s replay settings. The jittered tables
+    are drawn here, in order, so ``workers`` side by side replay the same draws.
     """
-    one = replace(cfg, draws=1, resamples=0, windows=1)
-    rng = np.random.default_rng(seed)
-    figures = [figures_of(recorded)]
-    checks = {m: [check_targets(recorded, m, cfg, locality=locality)] for m in models}
-    for d in range(1, cfg.draws):
-        r = evaluate(jittered(jobs, cfg.jitter, rng), cluster, pristine(models), one,
-                     options=options, priority=priority, speed_model=speed_model,
-                     seed=seed, progress=progress, split=split, warmup_jobs=warmup_jobs,
-                     label=f"draw {d + 1}/{cfg.draws}")
-        figures.append(figures_of(r.metrics))
-        for m in models:
-            checks[m].append(check_targets(r.metrics, m, cfg, locality=locality))
-    mean = mean_metrics(figures)
-    expected = {m: check_targets(mean, m, cfg, locality=locality) for m in models}
-    return summarize(figures, checks, expected, jitter=cfg.jitter, seed=seed)
+    rng = np.random.default_rng(kw["seed"])
+    tables = [jittered(jobs, cfg.jitter, rng) for _ in range(1, cfg.draws)]
+    locality = _locality(cfg, kw["speed_model"])
+    outs = [(figures_of(recorded),
+             {m: check_targets(recorded, m, cfg, locality=locality) for m in models})]
+    if workers == 1:
+        outs += [_draw(t, cluster, pristine(models), cfg, kw, progress,
+                       f"draw {d + 2}/{cfg.draws}") for d, t in enumerate(tables)]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        bar: Any = (click.progressbar(length=len(tables), file=sys.stderr,
+                                      label=f"replaying {len(tables)} more draws,"
+                                            f" {min(workers, len(tables))} side by side")
+                    if progress else contextlib.nullcontext())
+        with bar, ProcessPoolExecutor(max_workers=min(workers, len(tables)),
+                                      mp_context=ctx) as ex:
+            futures = [ex.submit(_draw, t, cluster, pristine(models), cfg, kw, False, "")
+                       for t in tables]
+            for fut in futures:
+                outs.append(fut.result())
+                if progress:
+                    bar.update(1)
+    figures = [f for f, _ in outs]
+    checks = {m: [c[m] for _, c in outs] for m in models}
+    expected = {m: check_targets(mean_metrics(figures), m, cfg, locality=locality)
+                for m in models}
+    return summarize(figures, checks, expected, jitter=cfg.jitter, seed=kw["seed"])
 
 
 def teacher_candidates() -> list[str]:
@@ -1794,6 +1827,9 @@ def _eval_options(fn: Any) -> Any:
         click.option("--jitter", type=click.FloatRange(1),
                      help="Seconds each arrival moves by at most in the draws after the"
                           " first (default 60)."),
+        click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+                     help="Local processes replaying the --draws after the first side by"
+                          " side (the same figures as one)."),
         click.option("--locality-targets/--no-locality-targets", default=None,
                      help="Check the JCT and leaf-locality targets (default: when the speed"
                           " model is not none)."),
@@ -1817,7 +1853,8 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
                      baselines: str | None, express_limit: float | None = None,
                      rescore: float | None = None, helper_config: str | None = None,
                      warmup_under: str | None = None, draws: int | None = None,
-                     jitter: float | None = None, **kwargs: Any) -> None:
+                     jitter: float | None = None, workers: int = 1,
+                     **kwargs: Any) -> None:
     """Compare learned policies with every baseline on the test period of a history.
 
     MODEL is a checkpoint (.pt) or an exported model (.onnx), as PATH or NAME=PATH;
@@ -1854,7 +1891,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
     try:
         res = evaluate(prep.jobs, prep.cluster, paths, cfg, options=prep.options,
                        priority=prep.priority, speed_model=sim.speed_model, seed=sim.seed,
-                       out=sim.out, progress=True,
+                       out=sim.out, progress=True, workers=workers,
                        extra={"input": {"source": prep.source, "jobs": prep.jobs.n,
                                         "rejected": prep.rejected},
                               "model_files": paths})

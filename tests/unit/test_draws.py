@@ -144,6 +144,11 @@ def test_evaluate_replays_the_test_period_under_jittered_arrivals():
     again = evaluate(jobs, cl, {"mine": make_policy("sjf"), "other": make_policy("fifo")},
                      cfg)
     assert again.draws == d  # seeded by the replay's seed
+    side = evaluate(jobs, cl, {"mine": make_policy("sjf"), "other": make_policy("fifo")},
+                    cfg, workers=2)
+    assert side.draws == d  # the same draws, replayed in two processes
+    with pytest.raises(ValueError, match="workers"):
+        evaluate(jobs, cl, {}, cfg, workers=0)
     other_seed = evaluate(jobs, cl, {"mine": make_policy("sjf")},
                           dataclasses.replace(cfg, baselines=("slurm",)), seed=1)
     assert other_seed.draws["seed"] == 1
@@ -155,15 +160,16 @@ def test_evaluate_command_prints_and_writes_the_draws(tmp_path, tiny_checkpoint)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli.main, [
         "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
-        "--baselines", "lrf", "--resamples", "0", "--draws", "2", "--jitter", "30",
+        "--baselines", "lrf", "--resamples", "0", "--draws", "3", "--jitter", "30",
+        "--workers", "2",
         "--out", str(out)])
     assert result.exit_code == 0, result.output + repr(result.exception)
-    assert ("the test period in 2 draws (draw 1 as recorded, the others with every arrival"
+    assert ("the test period in 3 draws (draw 1 as recorded, the others with every arrival"
             " moved by up to 30 s, order kept):") in result.output
-    assert "quality lines passed, in draws of 2" in result.output
-    assert "quality lines of tiny on the mean figures over the 2 draws:" in result.output
+    assert "quality lines passed, in draws of 3" in result.output
+    assert "quality lines of tiny on the mean figures over the 3 draws:" in result.output
     data = json.loads((out / "eval.json").read_text())
-    assert data["draws"]["draws"] == 2 and data["config"]["draws"] == 2
+    assert data["draws"]["draws"] == 3 and data["config"]["draws"] == 3
     assert set(data["draws"]["figures"]) == {"tiny", "slurm", "lrf"}
     bad = CliRunner().invoke(cli.main, [
         "evaluate", f"tiny={tiny_checkpoint}", "--trace", str(LUBLIN), "--limit", "300",
