@@ -26,27 +26,31 @@ The draws say whether that verdict is the model's or the timing's.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import multiprocessing
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import click
 import numpy as np
 
+from trainer.evaluate import EvalConfig, _locality, _util, check_targets, evaluate, print_checks
 from trainer.sim.policies import Policy
-from trainer.sim.state import JobTable
+from trainer.sim.state import Cluster, JobTable
 
 __all__ = ["DRAW_FIGURES", "deployable_name", "figures_of", "jittered", "mean_metrics",
-           "pristine", "print_draws", "summarize"]
+           "print_draws", "pristine", "replay_draws", "summarize"]
 
 #: The figures recorded per run and draw: name -> how to read it from
 #: :func:`trainer.sim.metrics.compute`'s metrics (``None``: not measured).
 DRAW_FIGURES: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
     "bsld": lambda m: float(m["bsld"]["mean"]),
     "p99": lambda m: float(m["wait_s"]["p99"]),
-    "util": lambda m: float(m["utilisation"]["gpus"] if m["utilisation"].get("gpus")
-                            is not None else m["utilisation"]["nodes"]),
+    "util": _util,
     "jct": lambda m: float(m["jct_s"]["mean"]),
     "single_leaf_share": lambda m: (None if m.get("single_leaf_share") is None
                                     else float(m["single_leaf_share"])),
@@ -155,6 +159,57 @@ def summarize(draws: Sequence[Mapping[str, Mapping[str, float | None]]],
             "passes": passes, "expected": dict(expected)}
 
 
+def _draw(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any], cfg: EvalConfig,
+          kw: Mapping[str, Any], progress: bool, label: str
+          ) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, Any]]]:
+    """One draw's replay (a worker's task): its :func:`figures_of` and each model's lines."""
+    r = evaluate(jobs, cluster, models, dataclasses.replace(cfg, draws=1, resamples=0,
+                                                            windows=1),
+                 progress=progress, label=label, **kw)
+    locality = _locality(cfg, kw["speed_model"])
+    return figures_of(r.metrics), {m: check_targets(r.metrics, m, cfg, locality=locality)
+                                   for m in models}
+
+
+def replay_draws(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any],
+                 cfg: EvalConfig, recorded: Mapping[str, Mapping[str, Any]], *,
+                 progress: bool, workers: int, **kw: Any) -> dict[str, Any]:
+    """:func:`~trainer.evaluate.evaluate`'s draws after the recorded one (:func:`summarize`).
+
+    ``recorded``: the metrics of the recorded replay (draw 1); ``models`` as given,
+    before any replay; ``kw``: ``evaluate``'s replay settings (``options``,
+    ``priority``, ``speed_model``, ``seed``, ``split``, ``warmup_jobs``). The jittered
+    tables are drawn here, in order, so ``workers`` side by side replay the same draws.
+    """
+    rng = np.random.default_rng(kw["seed"])
+    tables = [jittered(jobs, cfg.jitter, rng) for _ in range(1, cfg.draws)]
+    locality = _locality(cfg, kw["speed_model"])
+    outs = [(figures_of(recorded),
+             {m: check_targets(recorded, m, cfg, locality=locality) for m in models})]
+    if workers == 1:
+        outs += [_draw(t, cluster, pristine(models), cfg, kw, progress,
+                       f"draw {d + 2}/{cfg.draws}") for d, t in enumerate(tables)]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        bar: Any = (click.progressbar(length=len(tables), file=sys.stderr,
+                                      label=f"replaying {len(tables)} more draws,"
+                                            f" {min(workers, len(tables))} side by side")
+                    if progress else contextlib.nullcontext())
+        with bar, ProcessPoolExecutor(max_workers=min(workers, len(tables)),
+                                      mp_context=ctx) as ex:
+            futures = [ex.submit(_draw, t, cluster, pristine(models), cfg, kw, False, "")
+                       for t in tables]
+            for fut in futures:
+                outs.append(fut.result())
+                if progress:
+                    bar.update(1)
+    figures = [f for f, _ in outs]
+    checks = {m: [c[m] for _, c in outs] for m in models}
+    expected = {m: check_targets(mean_metrics(figures), m, cfg, locality=locality)
+                for m in models}
+    return summarize(figures, checks, expected, jitter=cfg.jitter, seed=kw["seed"])
+
+
 def _spread(xs: Sequence[float | None], fmt: str) -> list[str]:
     if any(x is None for x in xs):
         return ["-", "-", "-"]
@@ -191,6 +246,4 @@ def print_draws(summary: Mapping[str, Any] | None) -> None:
         t = summary["expected"][first]
         click.echo(f"quality lines of {first} on the mean figures over the {k} draws:"
                    f" {'PASSED' if t['passed'] else 'NOT MET'}")
-        for c in t["checks"]:
-            mark = {True: "pass", False: "FAIL", None: "n/a "}[c["ok"]]
-            click.echo(f"  [{mark}] {c['name']:<24} {c['detail']}")
+        print_checks(t["checks"])

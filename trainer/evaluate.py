@@ -90,11 +90,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -116,7 +114,6 @@ from slurm_plugin.model import place_head_trained
 from . import confidence, numerics
 from .bounds import p99_within, util_not_lower
 from .cli import _input_options, _items, _prepare, replay_baseline, resolve
-from .draws import figures_of, jittered, mean_metrics, print_draws, pristine, summarize
 from .sim import metrics
 from .sim.engine import EngineOptions, SimResult, Simulator
 from .sim.observe import history_before
@@ -1366,7 +1363,11 @@ def evaluate(jobs: JobTable, cluster: Cluster,
     if clash:
         raise ValueError(f"model names {clash} are baseline names: pick others")
     eng = EngineOptions(seed=seed, speed_model=speed_model)
-    fresh = pristine(models) if cfg.draws > 1 else None  # (before a replay changes them)
+    fresh = None
+    if cfg.draws > 1:
+        from .draws import pristine
+
+        fresh = pristine(models)  # (before a replay changes them)
 
     def history(norm: Any) -> Any:
         return user_history(jobs, cluster, lo, norm, cfg.history_jobs)
@@ -1445,10 +1446,12 @@ def evaluate(jobs: JobTable, cluster: Cluster,
                      pairs=model_pairs(per_job, list(models), cfg, seed=seed),
                      warmup_jobs=k)
     if fresh is not None:
-        res.draws = _replay_draws(jobs, cluster, fresh, cfg, ms, progress=progress,
-                                  workers=workers, options=opts, priority=prio,
-                                  speed_model=speed_model, seed=seed, split=split,
-                                  warmup_jobs=warmup_jobs)
+        from .draws import replay_draws
+
+        res.draws = replay_draws(jobs, cluster, fresh, cfg, ms, progress=progress,
+                                 workers=workers, options=opts, priority=prio,
+                                 speed_model=speed_model, seed=seed, split=split,
+                                 warmup_jobs=warmup_jobs)
     if out is not None:
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
@@ -1470,55 +1473,6 @@ def evaluate(jobs: JobTable, cluster: Cluster,
 def _locality(cfg: EvalConfig, speed_model: str) -> bool:
     """Whether the JCT and leaf-locality targets are checked (``locality_targets``)."""
     return cfg.locality_targets if cfg.locality_targets is not None else speed_model != "none"
-
-
-def _draw(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any], cfg: EvalConfig,
-          kw: Mapping[str, Any], progress: bool, label: str
-          ) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, Any]]]:
-    """One draw's replay (a worker's task): its :func:`figures_of` and each model's lines."""
-    r = evaluate(jobs, cluster, models, replace(cfg, draws=1, resamples=0, windows=1),
-                 progress=progress, label=label, **kw)
-    locality = _locality(cfg, kw["speed_model"])
-    return figures_of(r.metrics), {m: check_targets(r.metrics, m, cfg, locality=locality)
-                                   for m in models}
-
-
-def _replay_draws(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any],
-                  cfg: EvalConfig, recorded: Mapping[str, Mapping[str, Any]], *,
-                  progress: bool, workers: int, **kw: Any) -> dict[str, Any]:
-    """:func:`evaluate`'s draws after the recorded one (:mod:`trainer.draws`).
-
-    ``recorded``: the metrics of the recorded replay (draw 1); ``models`` as given,
-    before any replay; ``kw``: :func:`evaluate`'s replay settings. The jittered tables
-    are drawn here, in order, so ``workers`` side by side replay the same draws.
-    """
-    rng = np.random.default_rng(kw["seed"])
-    tables = [jittered(jobs, cfg.jitter, rng) for _ in range(1, cfg.draws)]
-    locality = _locality(cfg, kw["speed_model"])
-    outs = [(figures_of(recorded),
-             {m: check_targets(recorded, m, cfg, locality=locality) for m in models})]
-    if workers == 1:
-        outs += [_draw(t, cluster, pristine(models), cfg, kw, progress,
-                       f"draw {d + 2}/{cfg.draws}") for d, t in enumerate(tables)]
-    else:
-        ctx = multiprocessing.get_context("spawn")
-        bar: Any = (click.progressbar(length=len(tables), file=sys.stderr,
-                                      label=f"replaying {len(tables)} more draws,"
-                                            f" {min(workers, len(tables))} side by side")
-                    if progress else contextlib.nullcontext())
-        with bar, ProcessPoolExecutor(max_workers=min(workers, len(tables)),
-                                      mp_context=ctx) as ex:
-            futures = [ex.submit(_draw, t, cluster, pristine(models), cfg, kw, False, "")
-                       for t in tables]
-            for fut in futures:
-                outs.append(fut.result())
-                if progress:
-                    bar.update(1)
-    figures = [f for f, _ in outs]
-    checks = {m: [c[m] for _, c in outs] for m in models}
-    expected = {m: check_targets(mean_metrics(figures), m, cfg, locality=locality)
-                for m in models}
-    return summarize(figures, checks, expected, jitter=cfg.jitter, seed=kw["seed"])
 
 
 def teacher_candidates() -> list[str]:
@@ -1639,7 +1593,12 @@ def print_targets(targets: Mapping[str, Any] | None) -> None:
     click.echo(f"quality targets of {targets['policy']} on the test period:"
                f" {'PASSED' if targets['passed'] else 'NOT MET'}"
                f"{f' ({setup})' if setup else ''}")
-    for c in targets["checks"]:
+    print_checks(targets["checks"])
+
+
+def print_checks(checks: Sequence[Mapping[str, Any]]) -> None:
+    """Print target checks, one line each: pass, FAIL or n/a, the name, the detail."""
+    for c in checks:
         mark = {True: "pass", False: "FAIL", None: "n/a "}[c["ok"]]
         click.echo(f"  [{mark}] {c['name']:<24} {c['detail']}")
 
@@ -1923,4 +1882,7 @@ def evaluate_command(models: tuple[str, ...], json_: bool | None,
         table(heads, rows)
     print_targets(res.targets)
     print_pairs(res.pairs)
-    print_draws(res.draws)
+    if res.draws:
+        from .draws import print_draws
+
+        print_draws(res.draws)
