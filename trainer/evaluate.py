@@ -212,7 +212,7 @@ class EvalConfig:
     """The helper's express lane on the learned policies (its ``express_limit``;
     :class:`StarvationGuard`): a job whose time limit is at most this many seconds goes
     above every other, starving ones included; 0 (default): no lane. Needs the guard
-    (``starvation_limit`` > 0) in ``policy`` order."""
+    (``starvation_limit`` > 0), in either ``starvation_order``."""
     score_resolution: float = 0.0
     """The learned policies' scores are rounded to multiples of this, as the helper's
     ``score_resolution`` rounds them (:class:`Quantized`): jobs scored that close tie
@@ -1735,8 +1735,9 @@ def _eval_options(fn: Any) -> Any:
                      help="The guard's express lane, as the helper's express_limit, in"
                           " seconds: a job whose time limit is at most this goes above"
                           " every other, starving ones included (default 0: none; needs"
-                          " --starvation-order policy; --guard-heuristics gives the"
-                          " baselines the same lane)."),
+                          " the guard, --starvation-limit above 0, in either"
+                          " --starvation-order; --guard-heuristics gives the baselines the"
+                          " same lane)."),
         click.option("--rescore", type=click.FloatRange(1),
                      help="Seconds between the models' re-rankings of the whole queue, as"
                           " the helper's interval: it ranks every pending job each cycle"
