@@ -205,8 +205,8 @@ def replay_draws(jobs: JobTable, cluster: Cluster, models: Mapping[str, Any],
                     bar.update(1)
     figures = [f for f, _ in outs]
     checks = {m: [c[m] for _, c in outs] for m in models}
-    expected = {m: check_targets(mean_metrics(figures), m, cfg, locality=locality)
-                for m in models}
+    mean = mean_metrics(figures)
+    expected = {m: check_targets(mean, m, cfg, locality=locality) for m in models}
     return summarize(figures, checks, expected, jitter=cfg.jitter, seed=kw["seed"])
 
 
